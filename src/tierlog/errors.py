@@ -1,0 +1,401 @@
+"""The whole error hierarchy of tierlog, rooted at :class:`TierlogError`.
+
+Three families:
+
+* Protocol errors (h11's split): :class:`LocalProtocolError` is raised by our own codecs when
+  *we* are asked to produce something invalid or when a peer's bytes are malformed while we
+  parse them; the connection layer re-raises it as :class:`RemoteProtocolError` so the type
+  says whose fault it was.
+* Kafka error codes: :class:`ApiError` subclasses carry ``error_code``, ``retriable`` and a
+  ``description``; :func:`for_code` maps a wire code back to its class (aiokafka's registry).
+* Storage errors: corrupt derived state (indexes, snapshots) is recoverable by design — the
+  caller deletes and rebuilds it, as Kafka's ProducerStateManager and RemoteIndexCache do.
+  :class:`KafkaStorageError` wraps ``OSError``.
+
+Built-in ``ValueError``/``TypeError`` are for caller bugs only.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class TierlogError(Exception):
+    """Root of every error tierlog raises on purpose."""
+
+
+# --------------------------------------------------------------------------- protocol
+
+
+class ProtocolError(TierlogError):
+    """Bytes on the wire that do not follow the Kafka protocol. Abstract: use a subclass."""
+
+    def __init__(self, msg: str) -> None:
+        if type(self) is ProtocolError:
+            raise TypeError("ProtocolError is abstract; raise Local- or RemoteProtocolError")
+        super().__init__(msg)
+
+
+class LocalProtocolError(ProtocolError):
+    """Raised by our codecs: the bytes we were given (or asked to write) are invalid."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer sent something invalid; the connection that carried it must be closed."""
+
+
+# --------------------------------------------------------------------------- configs
+
+
+class ConfigError(TierlogError, ValueError):
+    """An unknown configuration key or a value that does not validate. Names the key."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+
+
+# --------------------------------------------------------------------------- Kafka error codes
+
+
+class ApiError(TierlogError):
+    """An error with a Kafka wire error code. Subclasses set the class attributes."""
+
+    error_code: ClassVar[int] = -1
+    retriable: ClassVar[bool] = False
+    description: ClassVar[str] = "The server experienced an unexpected error."
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or self.description)
+        self.message = message or self.description
+
+
+class UnknownServerError(ApiError):
+    error_code = -1
+    description = "The server experienced an unexpected error when processing the request."
+
+
+class OffsetOutOfRange(ApiError):
+    error_code = 1
+    description = "The requested offset is not within the range of offsets maintained."
+
+
+class CorruptRecordError(ApiError):
+    """A record batch failed its size or CRC-32C check (Kafka's CORRUPT_MESSAGE)."""
+
+    error_code = 2
+    retriable = True
+    description = "This message has failed its CRC checksum, exceeds the valid size, or is corrupt."
+
+
+class UnknownTopicOrPartition(ApiError):
+    error_code = 3
+    retriable = True
+    description = "This server does not host this topic-partition."
+
+
+class InvalidFetchSize(ApiError):
+    error_code = 4
+    description = "The requested fetch size is invalid."
+
+
+class LeaderNotAvailable(ApiError):
+    error_code = 5
+    retriable = True
+    description = "There is no leader for this topic-partition as we are in the middle of a leadership election."
+
+
+class NotLeaderOrFollower(ApiError):
+    error_code = 6
+    retriable = True
+    description = "This server is not the leader for that topic-partition."
+
+
+class RequestTimedOut(ApiError):
+    error_code = 7
+    retriable = True
+    description = "The request timed out."
+
+
+class MessageTooLarge(ApiError):
+    error_code = 10
+    description = "The request included a message larger than the max message size the server will accept."
+
+
+class OffsetMetadataTooLarge(ApiError):
+    error_code = 12
+    description = "The metadata field of the offset request was too large."
+
+
+class CoordinatorLoadInProgress(ApiError):
+    error_code = 14
+    retriable = True
+    description = "The coordinator is loading and hence can't process requests."
+
+
+class CoordinatorNotAvailable(ApiError):
+    error_code = 15
+    retriable = True
+    description = "The coordinator is not available."
+
+
+class NotCoordinator(ApiError):
+    error_code = 16
+    retriable = True
+    description = "This is not the correct coordinator."
+
+
+class InvalidTopic(ApiError):
+    error_code = 17
+    description = "The request attempted to perform an operation on an invalid topic."
+
+
+class RecordListTooLarge(ApiError):
+    error_code = 18
+    description = "The request included message batch larger than the configured segment size on the server."
+
+
+class NotEnoughReplicas(ApiError):
+    error_code = 19
+    retriable = True
+    description = "Messages are rejected since there are fewer in-sync replicas than required."
+
+
+class InvalidRequiredAcks(ApiError):
+    error_code = 21
+    description = "Produce request specified an invalid value for required acks."
+
+
+class IllegalGeneration(ApiError):
+    error_code = 22
+    description = "Specified group generation id is not valid."
+
+
+class InconsistentGroupProtocol(ApiError):
+    error_code = 23
+    description = "The group member's supported protocols are incompatible with those of existing members."
+
+
+class InvalidGroupId(ApiError):
+    error_code = 24
+    description = "The configured groupId is invalid."
+
+
+class UnknownMemberId(ApiError):
+    error_code = 25
+    description = "The coordinator is not aware of this member."
+
+
+class InvalidSessionTimeout(ApiError):
+    error_code = 26
+    description = "The session timeout is not within the range allowed by the broker."
+
+
+class RebalanceInProgress(ApiError):
+    error_code = 27
+    description = "The group is rebalancing, so a rejoin is needed."
+
+
+class InvalidCommitOffsetSize(ApiError):
+    error_code = 28
+    description = "The committing offset data size is not valid."
+
+
+class TopicAuthorizationFailed(ApiError):
+    error_code = 29
+    description = "Topic authorization failed."
+
+
+class InvalidTimestamp(ApiError):
+    error_code = 32
+    description = "The timestamp of the message is out of acceptable range."
+
+
+class UnsupportedVersion(ApiError):
+    error_code = 35
+    description = "The version of API is not supported."
+
+
+class TopicAlreadyExists(ApiError):
+    error_code = 36
+    description = "Topic with this name already exists."
+
+
+class InvalidPartitions(ApiError):
+    error_code = 37
+    description = "Number of partitions is below 1."
+
+
+class InvalidReplicationFactor(ApiError):
+    error_code = 38
+    description = "Replication factor is below 1 or larger than the number of available brokers."
+
+
+class InvalidRequest(ApiError):
+    error_code = 42
+    description = "This most likely occurs because of a request being malformed by the client library."
+
+
+class UnsupportedForMessageFormat(ApiError):
+    error_code = 43
+    description = "The message format version on the broker does not support the request."
+
+
+class PolicyViolation(ApiError):
+    error_code = 44
+    description = "Request parameters do not satisfy the configured policy."
+
+
+class OutOfOrderSequenceNumber(ApiError):
+    error_code = 45
+    description = "The broker received an out of order sequence number."
+
+
+class DuplicateSequenceNumber(ApiError):
+    error_code = 46
+    description = "The broker received a duplicate sequence number."
+
+
+class InvalidProducerEpoch(ApiError):
+    error_code = 47
+    description = "Producer attempted to produce with an old epoch."
+
+
+class InvalidTxnState(ApiError):
+    error_code = 48
+    description = "The producer attempted a transactional operation in an invalid state."
+
+
+class InvalidConfig(ApiError):
+    error_code = 40
+    description = "Configuration is invalid."
+
+
+class UnknownProducerId(ApiError):
+    error_code = 59
+    description = "This exception is raised by the broker if it could not locate the producer metadata associated with the producerId in question."
+
+
+class KafkaStorageError(ApiError):
+    """Disk error when trying to access a log file (Kafka's KAFKA_STORAGE_ERROR)."""
+
+    error_code = 56
+    retriable = True
+    description = "Disk error when trying to access log file on the disk."
+
+
+class GroupIdNotFound(ApiError):
+    error_code = 69
+    description = "The group id does not exist."
+
+
+class NonEmptyGroup(ApiError):
+    error_code = 68
+    description = "The group is not empty."
+
+
+class FencedLeaderEpoch(ApiError):
+    error_code = 74
+    retriable = True
+    description = "The leader epoch in the request is older than the epoch on the broker."
+
+
+class UnknownLeaderEpoch(ApiError):
+    error_code = 75
+    retriable = True
+    description = "The leader epoch in the request is newer than the epoch on the broker."
+
+
+class UnsupportedCompressionType(ApiError):
+    error_code = 76
+    description = "The requesting client does not support the compression type of given partition."
+
+
+class MemberIdRequired(ApiError):
+    error_code = 79
+    description = "The group member needs to have a valid member id before actually entering a consumer group."
+
+
+class FencedInstanceId(ApiError):
+    error_code = 82
+    description = "The broker rejected this static consumer since another consumer with the same group.instance.id has registered with a different member.id."
+
+
+class InvalidRecord(ApiError):
+    error_code = 87
+    description = "This record has failed the validation on broker and hence will be rejected."
+
+
+class UnknownTopicId(ApiError):
+    error_code = 100
+    retriable = True
+    description = "This server does not host this topic ID."
+
+
+class OffsetMovedToTieredStorage(ApiError):
+    error_code = 109
+    description = "The requested offset is moved to tiered storage."
+
+
+class TransactionalIdNotFound(ApiError):
+    error_code = 105
+    description = "The transactionalId could not be found."
+
+
+_REGISTRY: dict[int, type[ApiError]] = {}
+
+
+def _register(cls: type[ApiError]) -> None:
+    for sub in cls.__subclasses__():
+        _REGISTRY.setdefault(sub.error_code, sub)
+        _register(sub)
+
+
+_register(ApiError)
+
+
+def for_code(error_code: int) -> type[ApiError]:
+    """The ApiError class for a Kafka wire error code (UnknownServerError when unknown)."""
+    return _REGISTRY.get(error_code, UnknownServerError)
+
+
+# --------------------------------------------------------------------------- storage
+
+
+class StorageError(TierlogError):
+    """Base of local-storage errors that are not Kafka wire errors."""
+
+
+class CorruptIndexError(StorageError):
+    """An index file failed its sanity check; delete and rebuild it from the log."""
+
+
+class CorruptSnapshotError(StorageError):
+    """A producer-state snapshot failed its CRC or format check; delete it and rebuild."""
+
+
+class IndexOffsetOverflowError(StorageError):
+    """An offset does not fit an index's 32-bit relative offset."""
+
+
+class LogSegmentOffsetOverflowError(StorageError):
+    """An append would put an offset outside ``[base_offset, base_offset + 2**31 - 1]``."""
+
+    def __init__(self, segment: object, offset: int) -> None:
+        super().__init__(f"offset {offset} does not fit segment {segment}")
+        self.segment = segment
+        self.offset = offset
+
+
+# --------------------------------------------------------------------------- remote storage plugin boundary
+
+
+class RemoteStorageError(TierlogError):
+    """A remote storage operation failed (Kafka's RemoteStorageException)."""
+
+
+class RemoteResourceNotFoundError(RemoteStorageError):
+    """The remote object does not exist (Kafka's RemoteResourceNotFoundException)."""
+
+
+__all__ = [name for name, obj in globals().items() if isinstance(obj, type)] + ["for_code"]

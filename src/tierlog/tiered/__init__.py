@@ -1,0 +1,1 @@
+"""tierlog.tiered."""
