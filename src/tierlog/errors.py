@@ -119,7 +119,9 @@ class RequestTimedOut(ApiError):
 
 class MessageTooLarge(ApiError):
     error_code = 10
-    description = "The request included a message larger than the max message size the server will accept."
+    description = (
+        "The request included a message larger than the max message size the server will accept."
+    )
 
 
 class OffsetMetadataTooLarge(ApiError):
@@ -152,7 +154,9 @@ class InvalidTopic(ApiError):
 
 class RecordListTooLarge(ApiError):
     error_code = 18
-    description = "The request included message batch larger than the configured segment size on the server."
+    description = (
+        "The request included message batch larger than the configured segment size on the server."
+    )
 
 
 class NotEnoughReplicas(ApiError):
@@ -173,7 +177,9 @@ class IllegalGeneration(ApiError):
 
 class InconsistentGroupProtocol(ApiError):
     error_code = 23
-    description = "The group member's supported protocols are incompatible with those of existing members."
+    description = (
+        "The group member's supported protocols are incompatible with those of existing members."
+    )
 
 
 class InvalidGroupId(ApiError):
@@ -233,7 +239,9 @@ class InvalidReplicationFactor(ApiError):
 
 class InvalidRequest(ApiError):
     error_code = 42
-    description = "This most likely occurs because of a request being malformed by the client library."
+    description = (
+        "This most likely occurs because of a request being malformed by the client library."
+    )
 
 
 class UnsupportedForMessageFormat(ApiError):
@@ -387,7 +395,7 @@ class LogSegmentOffsetOverflowError(StorageError):
         self.offset = offset
 
 
-# --------------------------------------------------------------------------- remote storage plugin boundary
+# --------------------------------------------------- remote storage plugin boundary
 
 
 class RemoteStorageError(TierlogError):

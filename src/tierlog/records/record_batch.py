@@ -181,7 +181,9 @@ def validate_batch(
     """
     header = read_header(buf, position)
     if header.magic != CURRENT_MAGIC:
-        raise CorruptRecordError(f"record batch at position {position} has magic {header.magic}, expected 2")
+        raise CorruptRecordError(
+            f"record batch at position {position} has magic {header.magic}, expected 2"
+        )
     if max_size is not None and header.size_in_bytes > max_size:
         raise CorruptRecordError(
             f"record batch at position {position} has size {header.size_in_bytes} > {max_size}"
