@@ -15,10 +15,7 @@ serve: $(STAMP)
 	$(BIN)/tierlog serve
 
 test: $(STAMP)
-	$(BIN)/ruff format --check src tests bench
-	$(BIN)/ruff check src tests bench
-	$(BIN)/mypy
-	$(BIN)/python -m pytest
+	scripts/check
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
