@@ -340,6 +340,11 @@ class UnknownTopicId(ApiError):
     description = "This server does not host this topic ID."
 
 
+class InconsistentTopicId(ApiError):
+    error_code = 103
+    description = "The log's topic ID did not match the topic ID in the request."
+
+
 class OffsetMovedToTieredStorage(ApiError):
     error_code = 109
     description = "The requested offset is moved to tiered storage."
@@ -386,6 +391,18 @@ class IndexOffsetOverflowError(StorageError):
     """An offset does not fit an index's 32-bit relative offset."""
 
 
+class InvalidOffsetError(StorageError):
+    """An index append whose offset is not larger than the last one (Kafka's InvalidOffsetException)."""
+
+
+class CorruptCheckpointError(StorageError):
+    """A checkpoint or metadata file (``*-checkpoint``, ``partition.metadata``) is malformed."""
+
+
+class InconsistentLogDirError(StorageError):
+    """A log dir's ``meta.properties`` names another node or cluster, or is malformed."""
+
+
 class LogSegmentOffsetOverflowError(StorageError):
     """An append would put an offset outside ``[base_offset, base_offset + 2**31 - 1]``."""
 
@@ -404,6 +421,27 @@ class RemoteStorageError(TierlogError):
 
 class RemoteResourceNotFoundError(RemoteStorageError):
     """The remote object does not exist (Kafka's RemoteResourceNotFoundException)."""
+
+
+class RemoteStorageNotReadyError(RemoteStorageError):
+    """Remote log metadata of a partition is still loading; retry (Kafka's RemoteStorageNotReadyException)."""
+
+
+class InvalidRemoteStateTransitionError(RemoteStorageError):
+    """A remote segment/partition state change that the lifecycle forbids (e.g. FINISHED -> STARTED)."""
+
+    def __init__(self, src: object, dst: object, what: object) -> None:
+        super().__init__(f"{what}: illegal state transition {src} -> {dst}")
+        self.src = src
+        self.dst = dst
+
+
+class CorruptMetadataError(StorageError):
+    """A remote log metadata record (``__remote_log_metadata`` value) is malformed."""
+
+
+class CorruptMetadataCacheError(StorageError):
+    """A remote log metadata cache file is missing, truncated or fails its CRC; re-read the topic."""
 
 
 __all__ = [name for name, obj in globals().items() if isinstance(obj, type)] + ["for_code"]

@@ -1,0 +1,444 @@
+"""The entry-format-agnostic part of Kafka's segment indexes: mmap, resizing and search.
+
+An index file is a flat array of fixed-size, big-endian entries sorted by key, with no header
+and no checksum (after a crash it is rebuilt from the log). A writable index is preallocated to
+``max_index_size`` rounded down to a whole number of entries; the unused tail is zero bytes
+and is cut off (:meth:`AbstractIndex.trim_to_valid_size`) when the segment is rolled or
+closed. An existing file is therefore assumed to hold exactly ``file length / entry size``
+entries when it is opened -- an untrimmed file left by a crash fails the subclasses' sanity
+check and is rebuilt.
+
+The search is a pure function over a buffer (:func:`largest_lower_bound_slot`,
+:func:`smallest_upper_bound_slot`) so it can be tested without files; the class owns the mmap.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+from tierlog.errors import IndexOffsetOverflowError
+
+#: Anything :meth:`struct.Struct.unpack_from` can read an index from.
+IndexBuffer = bytes | bytearray | memoryview | mmap.mmap
+_UnpackFrom = Callable[[IndexBuffer, int], tuple[Any, ...]]
+
+INT32_MAX = 2**31 - 1
+
+# Kafka's AbstractIndex reasoning, restated:
+#
+# Index files are read through the page cache, which evicts least-recently-used pages. Nearly
+# every lookup (in-sync followers, consumers at the tail) targets the last few entries. A plain
+# binary search over the whole file touches pages spread across the file -- #0, #6, #9, #11,
+# #12 for a target on page 12 of 13 -- and the set of pages changes whenever the index grows
+# onto a new page: with 14 pages the same lookup needs #0, #7, #10, #12, #13, and pages 7 and 10
+# may have been cold for a long time. That page fault stalls a produce/fetch for up to a
+# second on a busy disk.
+#
+# So the search first checks whether the target lies in the last N entries (the "warm"
+# section) and if so searches only there; otherwise it searches the rest. All lookups near the
+# tail then touch the same few pages, which stay warm. N covers 8192 bytes: small enough that
+# the three entries every warm search reads (first of the warm section, middle, last) touch
+# every one of its pages on a 4 KiB-page machine (so the whole section really stays hot),
+# large enough that in-sync lookups land in it (8 KiB of offset index covers ~4 MB of log with
+# the default index.interval.bytes).
+WARM_SECTION_BYTES = 8192
+
+
+def warm_entries(entry_size: int) -> int:
+    """Number of entries in the warm section of an index with ``entry_size``-byte entries."""
+    return WARM_SECTION_BYTES // entry_size
+
+
+def _binary_search(
+    buf: IndexBuffer,
+    target: int,
+    entry_size: int,
+    key_offset: int,
+    unpack_from: _UnpackFrom,
+    begin: int,
+    end: int,
+) -> tuple[int, bool]:
+    """Kafka's loop over slots ``[begin, end]``: (slot, exact) for the largest key <= target.
+
+    Precondition: key(begin) <= target, so ``lo`` is always a valid lower bound.
+    """
+    lo = begin
+    hi = end
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        found = unpack_from(buf, mid * entry_size + key_offset)[0]
+        if found > target:
+            hi = mid - 1
+        elif found < target:
+            lo = mid
+        else:
+            return mid, True
+    return lo, False
+
+
+def _index_slot_range_for(
+    buf: IndexBuffer,
+    entries: int,
+    target: int,
+    entry_size: int,
+    key_offset: int,
+    key_struct: struct.Struct,
+    largest_lower_bound: bool,
+) -> int:
+    if entries <= 0:
+        return -1
+    unpack_from: _UnpackFrom = key_struct.unpack_from
+    first_hot_entry = max(0, entries - 1 - warm_entries(entry_size))
+    # Is the target in the warm section?
+    if unpack_from(buf, first_hot_entry * entry_size + key_offset)[0] < target:
+        slot, exact = _binary_search(
+            buf, target, entry_size, key_offset, unpack_from, first_hot_entry, entries - 1
+        )
+    elif unpack_from(buf, key_offset)[0] > target:
+        # Smaller than the least key.
+        return -1 if largest_lower_bound else 0
+    else:
+        slot, exact = _binary_search(
+            buf, target, entry_size, key_offset, unpack_from, 0, first_hot_entry
+        )
+    if largest_lower_bound or exact:
+        return slot
+    # Kafka's loop never compares its final `lo` when the range shrinks to one slot, so for a
+    # target equal to the first key Kafka answers with the *next* slot (or -1). Still an upper
+    # bound, but not the smallest: tierlog checks that slot so the answer is exact.
+    if unpack_from(buf, slot * entry_size + key_offset)[0] == target:
+        return slot
+    return -1 if slot == entries - 1 else slot + 1
+
+
+def largest_lower_bound_slot(
+    buf: IndexBuffer,
+    entries: int,
+    target: int,
+    entry_size: int,
+    key_offset: int,
+    key_struct: struct.Struct,
+) -> int:
+    """The slot of the largest key <= ``target`` among the first ``entries`` entries of ``buf``.
+
+    Each entry is ``entry_size`` bytes; its key is ``key_struct`` (one field) at ``key_offset``
+    within the entry. Keys must be sorted ascending. Returns -1 when every key is larger than
+    the target or there are no entries.
+    """
+    return _index_slot_range_for(buf, entries, target, entry_size, key_offset, key_struct, True)
+
+
+def smallest_upper_bound_slot(
+    buf: IndexBuffer,
+    entries: int,
+    target: int,
+    entry_size: int,
+    key_offset: int,
+    key_struct: struct.Struct,
+) -> int:
+    """The slot of the smallest key >= ``target``, or -1 when every key is smaller.
+
+    Same arguments as :func:`largest_lower_bound_slot`.
+    """
+    return _index_slot_range_for(buf, entries, target, entry_size, key_offset, key_struct, False)
+
+
+def round_down_to_exact_multiple(number: int, factor: int) -> int:
+    """The greatest multiple of ``factor`` <= ``number``, and 0 for negative numbers.
+
+    ``round_down_to_exact_multiple(67, 8) == 64``.
+    """
+    return factor * (max(0, number) // factor)
+
+
+class AbstractIndex(ABC):
+    """A memory-mapped index file of fixed-size entries (Kafka's ``AbstractIndex``).
+
+    Subclasses define ``ENTRY_SIZE``, the entry format, ``truncate_to`` and ``sanity_check``.
+
+    Thread-safety: one writer at a time -- appends, truncation, resize, close and rename are
+    made by the owning segment under its log's lock (and additionally serialised here by an
+    internal lock). Lookups may run concurrently from any thread: a lookup reads ``entries``
+    once and searches only that prefix, and an append writes its entry before it publishes the
+    new count, so a concurrent lookup sees either the old or the new last entry, never a torn
+    one. Lookups and remaps (resize, close) exclude each other through a second lock, so a
+    lookup never touches an unmapped or shrunk buffer. Not idempotent: appending twice fails.
+    """
+
+    ENTRY_SIZE: ClassVar[int]
+
+    def __init__(
+        self, path: Path, base_offset: int, max_index_size: int = -1, writable: bool = True
+    ) -> None:
+        """Open (or create and preallocate) the index file at ``path``.
+
+        Raises:
+            FileNotFoundError: the file does not exist and ``writable`` is False.
+            ValueError: a new file would have ``max_index_size`` smaller than one entry.
+            OSError: the file could not be opened or mapped.
+        """
+        self._path = Path(path)
+        self._base_offset = base_offset
+        self._max_index_size = max_index_size
+        self._writable = writable
+        # Serialises mutations (Kafka's `lock`).
+        self._lock = threading.RLock()
+        # Excludes lookups while the mapping is replaced (Kafka's `remapLock`).
+        self._remap_lock = threading.Lock()
+        self._mmap: mmap.mmap | None = None
+        self._closed = False
+
+        entry_size = self.ENTRY_SIZE
+        newly_created = False
+        if writable:
+            try:
+                fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+                newly_created = True
+            except FileExistsError:
+                fd = os.open(self._path, os.O_RDWR)
+        else:
+            fd = os.open(self._path, os.O_RDONLY)
+        try:
+            if newly_created:
+                if max_index_size < entry_size:
+                    os.close(fd)
+                    fd = -1
+                    self._path.unlink(missing_ok=True)
+                    raise ValueError(f"invalid max index size {max_index_size} for {self._path}")
+                os.ftruncate(fd, round_down_to_exact_multiple(max_index_size, entry_size))
+            length = os.fstat(fd).st_size
+            self._map(fd, length)
+        finally:
+            if fd >= 0:
+                os.close(fd)
+        self._file_length = length
+        self._max_entries = length // entry_size
+        # A pre-existing index is assumed full of valid entries (it was trimmed on close).
+        self._entries = 0 if newly_created else length // entry_size
+
+    # ------------------------------------------------------------------ mapping
+
+    def _map(self, fd: int, length: int) -> None:
+        """Map ``length`` bytes of ``fd`` (no mapping for an empty file: mmap rejects it)."""
+        if length == 0:
+            self._mmap = None
+        else:
+            access = mmap.ACCESS_WRITE if self._writable else mmap.ACCESS_READ
+            self._mmap = mmap.mmap(fd, length, access=access)
+
+    def _unmap(self) -> None:
+        if self._mmap is not None:
+            self._mmap.close()
+            self._mmap = None
+
+    def _buffer(self) -> IndexBuffer:
+        """The mapped bytes; call with ``_remap_lock`` or ``_lock`` held."""
+        if self._closed:
+            raise ValueError(f"index {self._path} is closed")
+        return self._mmap if self._mmap is not None else b""
+
+    def _write_buffer(self) -> mmap.mmap:
+        """The writable mapping; call with ``_lock`` held and a free slot checked."""
+        if self._closed or self._mmap is None or not self._writable:
+            raise ValueError(f"index {self._path} is closed, empty or read-only")
+        return self._mmap
+
+    # ------------------------------------------------------------------ accessors
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def file(self) -> Path:
+        """Kafka's name for :attr:`path`."""
+        return self._path
+
+    @property
+    def base_offset(self) -> int:
+        return self._base_offset
+
+    @property
+    def max_index_size(self) -> int:
+        return self._max_index_size
+
+    @property
+    def writable(self) -> bool:
+        return self._writable
+
+    @property
+    def entries(self) -> int:
+        """The number of valid entries."""
+        return self._entries
+
+    @property
+    def max_entries(self) -> int:
+        """How many entries the current file (mapping) can hold."""
+        return self._max_entries
+
+    @property
+    def length(self) -> int:
+        """Bytes of valid entries (``entries * ENTRY_SIZE``); Kafka's ``sizeInBytes()``."""
+        return self._entries * self.ENTRY_SIZE
+
+    @property
+    def size_in_bytes(self) -> int:
+        """Same as :attr:`length`."""
+        return self._entries * self.ENTRY_SIZE
+
+    @property
+    def file_length(self) -> int:
+        """Current length of the file, preallocated tail included; Kafka's ``length()``."""
+        return self._file_length
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    def is_full(self) -> bool:
+        """True when no slot is left for another entry."""
+        return self._entries >= self._max_entries
+
+    def relative_offset(self, offset: int) -> int:
+        """``offset - base_offset``, the 4-byte form stored in the file.
+
+        Raises:
+            IndexOffsetOverflowError: the result is outside ``[0, 2**31 - 1]``.
+        """
+        relative = offset - self._base_offset
+        if relative < 0 or relative > INT32_MAX:
+            raise IndexOffsetOverflowError(
+                f"integer overflow for offset {offset} relative to base offset "
+                f"{self._base_offset} ({self._path})"
+            )
+        return relative
+
+    def can_append_offset(self, offset: int) -> bool:
+        """True when ``offset`` fits this index's 32-bit relative offsets."""
+        return 0 <= offset - self._base_offset <= INT32_MAX
+
+    # ------------------------------------------------------------------ subclass hooks
+
+    @abstractmethod
+    def sanity_check(self) -> None:
+        """Detect obvious corruption.
+
+        Raises:
+            CorruptIndexError: the file cannot be a valid index of this segment.
+        """
+
+    @abstractmethod
+    def truncate_to(self, offset: int) -> None:
+        """Remove all entries with an offset >= ``offset`` (no effect past the last entry)."""
+
+    @abstractmethod
+    def _refresh_last_entry(self) -> None:
+        """Recompute cached state from the last entry after a truncation or a resize."""
+
+    # ------------------------------------------------------------------ mutations
+
+    def _truncate_to_entries(self, entries: int) -> None:
+        with self._lock:
+            self._entries = max(0, min(entries, self._max_entries))
+            self._refresh_last_entry()
+
+    def truncate(self) -> None:
+        """Remove all entries (the file keeps its length)."""
+        self._truncate_to_entries(0)
+
+    def resize(self, new_size: int) -> bool:
+        """Set the file (and mapping) length to ``new_size`` rounded down to whole entries.
+
+        Used to trim on roll/close and to grow a segment's index back to ``max_index_size``
+        when it becomes active again. Entries beyond the new size are dropped. Returns False
+        when the size was already right.
+
+        Raises:
+            OSError: the file could not be resized or remapped.
+        """
+        with self._lock:
+            rounded = round_down_to_exact_multiple(new_size, self.ENTRY_SIZE)
+            if self._closed or self._file_length == rounded:
+                return False
+            with self._remap_lock:
+                self._unmap()
+                fd = os.open(self._path, os.O_RDWR)
+                try:
+                    os.ftruncate(fd, rounded)
+                    self._file_length = rounded
+                    self._map(fd, rounded)
+                finally:
+                    os.close(fd)
+                self._max_entries = rounded // self.ENTRY_SIZE
+                self._entries = min(self._entries, self._max_entries)
+            self._refresh_last_entry()
+            return True
+
+    def trim_to_valid_size(self) -> None:
+        """Cut the preallocated tail off the file so it holds exactly the valid entries."""
+        with self._lock:
+            if not self._closed:
+                self.resize(self._entries * self.ENTRY_SIZE)
+
+    def reset(self) -> None:
+        """Remove all entries and grow the file back to ``max_index_size``."""
+        with self._lock:
+            self.truncate()
+            self.resize(self._max_index_size)
+
+    def flush(self) -> None:
+        """Write dirty pages of the mapping to disk (msync)."""
+        with self._lock:
+            if self._mmap is not None and self._writable:
+                self._mmap.flush()
+
+    def close(self) -> None:
+        """Trim the file to its valid entries (writable indexes) and release the mapping."""
+        with self._lock:
+            if self._writable:
+                self.trim_to_valid_size()
+            self.close_handler()
+
+    def close_handler(self) -> None:
+        """Release the mapping without touching the file. Idempotent."""
+        with self._lock, self._remap_lock:
+            self._unmap()
+            self._closed = True
+
+    def delete_if_exists(self) -> bool:
+        """Release the mapping and delete the file; False when it did not exist."""
+        self.close_handler()
+        try:
+            self._path.unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+    def rename_to(self, path: Path) -> None:
+        """Rename the backing file (e.g. to add ``.deleted``); the mapping stays valid.
+
+        Raises:
+            OSError: the rename failed; the index then refers to ``path`` anyway, as Kafka's.
+        """
+        path = Path(path)
+        try:
+            self._path.replace(path)
+        finally:
+            self._path = path
+
+    def update_parent_dir(self, parent_dir: Path) -> None:
+        """Point at the same file name in ``parent_dir`` (after the directory was renamed)."""
+        self._path = Path(parent_dir) / self._path.name
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(path={str(self._path)!r}, base_offset={self._base_offset}, "
+            f"entries={self._entries}, max_entries={self._max_entries})"
+        )
