@@ -1,0 +1,1031 @@
+"""The classic group coordinator: rebalances, sessions, offsets, persistence, admin.
+
+Every test runs its own event loop (``@async_test``: pytest-asyncio is not used) with short
+timeouts, so real timers fire within a few hundred milliseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from tierlog.errors import KafkaStorageError
+from tierlog.server.group_coordinator import (
+    GroupCoordinator,
+    InMemoryOffsetStore,
+    JoinResult,
+    SyncResult,
+    java_string_hash,
+)
+from tierlog.server.group_metadata import GroupState
+from tierlog.server.group_records import (
+    GroupMetadataKey,
+    GroupMetadataValue,
+    OffsetCommitKey,
+    OffsetCommitValue,
+    decode_key,
+)
+
+NONE = 0
+OFFSET_METADATA_TOO_LARGE = 12
+COORDINATOR_LOAD_IN_PROGRESS = 14
+COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
+ILLEGAL_GENERATION = 22
+INCONSISTENT_GROUP_PROTOCOL = 23
+INVALID_GROUP_ID = 24
+UNKNOWN_MEMBER_ID = 25
+INVALID_SESSION_TIMEOUT = 26
+REBALANCE_IN_PROGRESS = 27
+NON_EMPTY_GROUP = 68
+GROUP_ID_NOT_FOUND = 69
+MEMBER_ID_REQUIRED = 79
+FENCED_INSTANCE_ID = 82
+
+DELAY_MS = 60  # group.initial.rebalance.delay.ms in these tests
+
+
+def async_test(fn: Callable[[], Awaitable[None]]) -> Callable[[], None]:
+    """Run an ``async def`` test in a fresh event loop, with a hard timeout."""
+
+    def run() -> None:
+        async def main() -> None:
+            await asyncio.wait_for(fn(), timeout=20)
+
+        asyncio.run(main())
+
+    run.__name__ = fn.__name__
+    run.__doc__ = fn.__doc__
+    return run
+
+
+async def started(store: InMemoryOffsetStore | None = None, **kw: Any) -> GroupCoordinator:
+    kw.setdefault("initial_rebalance_delay_ms", DELAY_MS)
+    kw.setdefault("min_session_timeout_ms", 10)
+    kw.setdefault("max_session_timeout_ms", 60_000)
+    kw.setdefault("offsets_topic_num_partitions", 5)
+    coord = GroupCoordinator(store if store is not None else InMemoryOffsetStore(), **kw)
+    await coord.start()
+    return coord
+
+
+@dataclass
+class Member:
+    """A scripted consumer."""
+
+    coord: GroupCoordinator
+    client_id: str
+    group: str = "g"
+    protocols: list[tuple[str, bytes]] = field(default_factory=lambda: [("range", b"r")])
+    session_ms: int = 5000
+    rebalance_ms: int = 2000
+    instance: str | None = None
+    protocol_type: str = "consumer"
+    member_id: str = ""
+    generation: int = -1
+    last: JoinResult | None = None
+
+    async def join(self, require_known: bool = False) -> JoinResult:
+        r = await self.coord.join_group(
+            self.group,
+            self.member_id,
+            self.instance,
+            self.protocol_type,
+            self.protocols,
+            self.session_ms,
+            self.rebalance_ms,
+            self.client_id,
+            "/127.0.0.1",
+            require_known,
+        )
+        if r.error_code in (NONE, MEMBER_ID_REQUIRED):
+            self.member_id = r.member_id
+        if r.error_code == NONE:
+            self.generation = r.generation_id
+            self.last = r
+        return r
+
+    async def sync(self, assignments: dict[str, bytes] | None = None) -> SyncResult:
+        return await self.coord.sync_group(
+            self.group,
+            self.generation,
+            self.member_id,
+            self.instance,
+            self.protocol_type,
+            self.last.protocol_name if self.last else None,
+            assignments or {},
+        )
+
+    def heartbeat(self) -> int:
+        return self.coord.heartbeat(self.group, self.generation, self.member_id, self.instance)
+
+    async def commit(
+        self, offsets: dict[tuple[str, int], tuple[int, int, str | None]]
+    ) -> dict[tuple[str, int], int]:
+        return await self.coord.commit_offsets(
+            self.group, self.generation, self.member_id, self.instance, offsets
+        )
+
+    @property
+    def is_leader(self) -> bool:
+        return self.last is not None and self.last.leader_id == self.member_id
+
+
+async def join_all(members: list[Member]) -> list[JoinResult]:
+    return list(await asyncio.gather(*(m.join() for m in members)))
+
+
+async def sync_all(members: list[Member]) -> list[SyncResult]:
+    """Everyone syncs; the leader assigns ``b"a-<client id>"`` to each member."""
+    by_id = {m.member_id: m for m in members}
+
+    async def one(m: Member) -> SyncResult:
+        assignments = {}
+        if m.is_leader:
+            assert m.last is not None
+            assignments = {
+                mid: f"a-{by_id[mid].client_id}".encode() for mid, _, _ in m.last.members
+            }
+        return await m.sync(assignments)
+
+    return list(await asyncio.gather(*(one(m) for m in members)))
+
+
+async def stable_group(coord: GroupCoordinator, n: int, **kw: Any) -> list[Member]:
+    members = [Member(coord, f"c{i}", **kw) for i in range(n)]
+    results = await join_all(members)
+    assert [r.error_code for r in results] == [NONE] * n
+    syncs = await sync_all(members)
+    assert [s.error_code for s in syncs] == [NONE] * n
+    assert coord.describe_group(members[0].group).state == "Stable"
+    return members
+
+
+async def heartbeat_until(members: list[Member], code: int, every: float = 0.01) -> None:
+    """Heartbeat like a consumer until each member sees ``code``."""
+    waiting = list(members)
+    while waiting:
+        waiting = [m for m in waiting if m.heartbeat() != code]
+        await asyncio.sleep(every)
+
+
+# =========================================================================== joining
+
+
+@async_test
+async def test_single_member_join_sync_heartbeat():
+    coord = await started()
+    m = Member(coord, "solo")
+    t0 = time.monotonic()
+    r = await m.join()
+    elapsed = time.monotonic() - t0
+    assert r.error_code == NONE
+    assert DELAY_MS / 1000 <= elapsed < 1.0  # the initial delay, no more
+    assert r.generation_id == 1
+    assert r.leader_id == r.member_id
+    assert r.member_id.startswith("solo-")
+    assert (r.protocol_type, r.protocol_name) == ("consumer", "range")
+    assert r.members == [(r.member_id, None, b"r")]
+    assert coord.describe_group("g").state == "CompletingRebalance"
+    assert m.heartbeat() == NONE  # heartbeats are fine while completing
+
+    s = await m.sync({m.member_id: b"mine"})
+    assert s == SyncResult(NONE, "consumer", "range", b"mine")
+    assert m.heartbeat() == NONE
+    d = coord.describe_group("g")
+    assert (d.error_code, d.state, d.protocol_type, d.protocol) == (
+        0,
+        "Stable",
+        "consumer",
+        "range",
+    )
+    assert d.members == [(m.member_id, None, "solo", "/127.0.0.1", b"r", b"mine")]
+    assert coord.list_groups() == [("g", "consumer", "Stable")]
+    # a SyncGroup in a Stable group returns the current assignment again
+    assert (await m.sync()).assignment == b"mine"
+    await coord.stop()
+
+
+@async_test
+async def test_member_id_required_flow():
+    coord = await started()
+    m = Member(coord, "cid")
+    r = await m.join(require_known=True)
+    assert r.error_code == MEMBER_ID_REQUIRED
+    assert r.generation_id == -1
+    prefix, _, uuid_part = r.member_id.partition("-")
+    assert prefix == "cid" and len(uuid_part) == 36
+    assert coord.describe_group("g").state == "Empty"
+    r2 = await m.join(require_known=True)
+    assert r2.error_code == NONE
+    assert r2.member_id == r.member_id
+    assert r2.generation_id == 1
+    await coord.stop()
+
+
+@async_test
+async def test_pending_member_expires_after_session_timeout():
+    coord = await started()
+    m = Member(coord, "cid", session_ms=50)
+    assert (await m.join(require_known=True)).error_code == MEMBER_ID_REQUIRED
+    await asyncio.sleep(0.12)
+    # no longer pending: its id is unknown now
+    assert (await m.join(require_known=True)).error_code == UNKNOWN_MEMBER_ID
+    await coord.stop()
+
+
+@async_test
+async def test_pending_member_holds_the_join_phase_until_it_joins():
+    coord = await started()
+    a, b = await stable_group(coord, 2)
+    c = Member(coord, "late")
+    assert (await c.join(require_known=True)).error_code == MEMBER_ID_REQUIRED
+    # a pending member alone does not start a rebalance ...
+    assert a.heartbeat() == NONE
+    # ... but a rebalance waits for it
+    a_join = asyncio.ensure_future(a.join())
+    b_join = asyncio.ensure_future(b.join())
+    await asyncio.sleep(0.05)
+    assert not a_join.done()
+    await c.join()
+    results = await asyncio.gather(a_join, b_join)
+    assert {r.generation_id for r in results} == {c.generation} == {2}
+    await coord.stop()
+
+
+@async_test
+async def test_three_members_initial_delay_then_one_generation():
+    coord = await started()
+    members = [Member(coord, f"c{i}") for i in range(3)]
+    t0 = time.monotonic()
+
+    async def staggered(i: int, m: Member) -> JoinResult:
+        await asyncio.sleep(0.015 * i)
+        return await m.join()
+
+    results = await asyncio.gather(*(staggered(i, m) for i, m in enumerate(members)))
+    elapsed = time.monotonic() - t0
+    # the delay, extended once because members kept arriving, bounded by delay + their time
+    assert DELAY_MS / 1000 <= elapsed < 1.0
+    assert {r.error_code for r in results} == {NONE}
+    assert {r.generation_id for r in results} == {1}
+    assert len({r.leader_id for r in results}) == 1
+    leader = [m for m in members if m.is_leader]
+    assert len(leader) == 1
+    assert leader[0].member_id == members[0].member_id  # first to join leads
+    assert sorted(mid for mid, _, _ in results[0].members) == sorted(m.member_id for m in members)
+    assert [r.members for r in results[1:]] == [[], []]  # metadata goes to the leader only
+
+    syncs = await sync_all(members)
+    assert [s.assignment for s in syncs] == [b"a-c0", b"a-c1", b"a-c2"]
+    assert coord.describe_group("g").state == "Stable"
+    await coord.stop()
+
+
+@async_test
+async def test_initial_delay_extension_is_bounded_by_the_rebalance_timeout():
+    coord = await started(initial_rebalance_delay_ms=100)
+    members = [Member(coord, f"c{i}", rebalance_ms=300) for i in range(7)]
+    t0 = time.monotonic()
+    finished: list[float] = []
+
+    async def staggered(i: int, m: Member) -> JoinResult:
+        await asyncio.sleep(0.04 * i)  # a new member every 40 ms, until 240 ms
+        r = await m.join()
+        finished.append(time.monotonic() - t0)
+        return r
+
+    results = await asyncio.gather(*(staggered(i, m) for i, m in enumerate(members)))
+    assert {r.generation_id for r in results} == {1}
+    # delay steps of 100 ms while members keep coming, but never past the 300 ms timeout
+    assert 0.28 <= min(finished) < 0.6
+    await coord.stop()
+
+
+@async_test
+async def test_protocol_selection():
+    coord = await started()
+    a = Member(coord, "a", protocols=[("range", b"ra"), ("roundrobin", b"rra")])
+    b = Member(coord, "b", protocols=[("roundrobin", b"rrb"), ("range", b"rb")])
+    c = Member(coord, "c", protocols=[("roundrobin", b"rrc"), ("sticky", b"sc")])
+    results = await join_all([a, b, c])
+    # range is not supported by c: roundrobin is the only common protocol
+    assert {r.protocol_name for r in results} == {"roundrobin"}
+    leader = next(r for r in results if r.members)
+    assert sorted(md for _, _, md in leader.members) == [b"rra", b"rrb", b"rrc"]
+
+    g2 = [
+        Member(coord, "x", group="g2", protocols=[("p", b""), ("q", b"")]),
+        Member(coord, "y", group="g2", protocols=[("q", b""), ("p", b"")]),
+        Member(coord, "z", group="g2", protocols=[("p", b""), ("q", b"")]),
+    ]
+    assert {r.protocol_name for r in await join_all(g2)} == {"p"}  # two votes against one
+    await coord.stop()
+
+
+@async_test
+async def test_inconsistent_protocols_are_rejected():
+    coord = await started()
+    await stable_group(coord, 1)
+    other_type = Member(coord, "x", protocol_type="connect")
+    assert (await other_type.join()).error_code == INCONSISTENT_GROUP_PROTOCOL
+    no_common = Member(coord, "y", protocols=[("sticky", b"")])
+    assert (await no_common.join()).error_code == INCONSISTENT_GROUP_PROTOCOL
+    nothing = Member(coord, "z", group="fresh", protocols=[])
+    assert (await nothing.join()).error_code == INCONSISTENT_GROUP_PROTOCOL
+    no_type = Member(coord, "z", group="fresh2", protocol_type="")
+    assert (await no_type.join()).error_code == INCONSISTENT_GROUP_PROTOCOL
+    await coord.stop()
+
+
+@async_test
+async def test_request_validation_errors():
+    coord = await started(min_session_timeout_ms=100, max_session_timeout_ms=1000)
+    (a,) = await stable_group(coord, 1, session_ms=500)
+    assert (await Member(coord, "x", session_ms=50).join()).error_code == INVALID_SESSION_TIMEOUT
+    assert (await Member(coord, "x", session_ms=2000).join()).error_code == INVALID_SESSION_TIMEOUT
+    assert (await Member(coord, "x", group="").join()).error_code == INVALID_GROUP_ID
+    assert coord.heartbeat("", 1, a.member_id, None) == INVALID_GROUP_ID
+    stranger = Member(coord, "x", member_id="nobody", session_ms=500)
+    assert (await stranger.join()).error_code == UNKNOWN_MEMBER_ID
+    assert (
+        await Member(coord, "x", group="nogroup", member_id="m", session_ms=500).join()
+    ).error_code == (UNKNOWN_MEMBER_ID)
+    await coord.stop()
+
+
+@async_test
+async def test_illegal_generation_and_unknown_member():
+    coord = await started()
+    (a,) = await stable_group(coord, 1)
+    assert coord.heartbeat("g", a.generation + 1, a.member_id, None) == ILLEGAL_GENERATION
+    assert coord.heartbeat("g", a.generation, "nobody", None) == UNKNOWN_MEMBER_ID
+    assert coord.heartbeat("nogroup", 1, a.member_id, None) == UNKNOWN_MEMBER_ID
+    sync = await coord.sync_group("g", a.generation - 1, a.member_id, None, None, None, {})
+    assert sync.error_code == ILLEGAL_GENERATION
+    sync = await coord.sync_group("g", a.generation, "nobody", None, None, None, {})
+    assert sync.error_code == UNKNOWN_MEMBER_ID
+    sync = await coord.sync_group("g", a.generation, a.member_id, None, "consumer", "other", {})
+    assert sync.error_code == INCONSISTENT_GROUP_PROTOCOL
+    sync = await coord.sync_group("nogroup", 1, a.member_id, None, None, None, {})
+    assert sync.error_code == UNKNOWN_MEMBER_ID
+    commit = await coord.commit_offsets(
+        "g", a.generation + 1, a.member_id, None, {("t", 0): (1, -1, None)}
+    )
+    assert commit == {("t", 0): ILLEGAL_GENERATION}
+    commit = await coord.commit_offsets(
+        "g", a.generation, "nobody", None, {("t", 0): (1, -1, None)}
+    )
+    assert commit == {("t", 0): UNKNOWN_MEMBER_ID}
+    await coord.stop()
+
+
+# =========================================================================== rebalancing
+
+
+@async_test
+async def test_member_leaving_triggers_rebalance_and_others_rejoin():
+    coord = await started()
+    a, b, c = await stable_group(coord, 3)
+    top, per_member = await coord.leave_group("g", [(c.member_id, None)])
+    assert (top, per_member) == (NONE, [(c.member_id, None, NONE)])
+    assert coord.describe_group("g").state == "PreparingRebalance"
+    assert a.heartbeat() == REBALANCE_IN_PROGRESS
+    assert b.heartbeat() == REBALANCE_IN_PROGRESS
+    assert c.heartbeat() == UNKNOWN_MEMBER_ID
+    t0 = time.monotonic()
+    results = await join_all([a, b])
+    assert time.monotonic() - t0 < 1.0  # completes as soon as both rejoined: no timeout wait
+    assert {r.generation_id for r in results} == {2}
+    assert sorted(mid for mid, _, _ in next(r for r in results if r.members).members) == sorted(
+        [a.member_id, b.member_id]
+    )
+    syncs = await sync_all([a, b])
+    assert sorted(s.assignment for s in syncs) == [b"a-c0", b"a-c1"]
+    # leaving members that do not exist
+    top, per_member = await coord.leave_group("g", [("ghost", None)])
+    assert per_member == [("ghost", None, UNKNOWN_MEMBER_ID)]
+    top, per_member = await coord.leave_group("nogroup", [("ghost", None)])
+    assert (top, per_member) == (NONE, [("ghost", None, UNKNOWN_MEMBER_ID)])
+    await coord.stop()
+
+
+@async_test
+async def test_last_member_leaving_empties_the_group():
+    store = InMemoryOffsetStore()
+    coord = await started(store)
+    (a,) = await stable_group(coord, 1)
+    await coord.leave_group("g", [(a.member_id, None)])
+    d = coord.describe_group("g")
+    assert (d.state, d.members) == ("Empty", [])
+    await asyncio.sleep(0.01)  # the empty generation is stored in the background
+    values = [
+        GroupMetadataValue.decode(v)
+        for k, v in store.partitions[coord.partition_for("g")]
+        if isinstance(decode_key(k), GroupMetadataKey) and v is not None
+    ]
+    assert values[-1].generation == 2 and values[-1].members == ()
+    await coord.stop()
+
+
+@async_test
+async def test_session_timeout_expires_a_silent_member():
+    coord = await started()
+    a, b, c = await stable_group(coord, 3, session_ms=150)
+    t0 = time.monotonic()
+    await heartbeat_until([a, b], REBALANCE_IN_PROGRESS)  # c stays silent
+    assert 0.1 <= time.monotonic() - t0 < 1.0
+    assert c.heartbeat() == UNKNOWN_MEMBER_ID
+    results = await join_all([a, b])
+    assert {r.generation_id for r in results} == {2}
+    await sync_all([a, b])
+    assert len(coord.describe_group("g").members) == 2
+    # the survivors keep their membership as long as they heartbeat
+    for _ in range(15):
+        assert a.heartbeat() == NONE and b.heartbeat() == NONE
+        await asyncio.sleep(0.01)
+    await coord.stop()
+
+
+@async_test
+async def test_rebalance_timeout_removes_members_that_do_not_rejoin():
+    coord = await started()
+    a, b = await stable_group(coord, 2, rebalance_ms=300)
+    d = Member(coord, "d", rebalance_ms=300)
+    d_join = asyncio.ensure_future(d.join())
+    await asyncio.sleep(0.01)
+    assert a.heartbeat() == REBALANCE_IN_PROGRESS
+    t0 = time.monotonic()
+    a_join = asyncio.ensure_future(a.join())
+    # b heartbeats but never rejoins: the join phase ends at the rebalance timeout
+    while not a_join.done():
+        b.heartbeat()
+        await asyncio.sleep(0.02)
+    assert 0.25 <= time.monotonic() - t0 < 1.5
+    ra, rd = await asyncio.gather(a_join, d_join)
+    assert ra.generation_id == rd.generation_id == 2
+    assert b.heartbeat() == UNKNOWN_MEMBER_ID
+    assert len(coord.describe_group("g").members) == 2
+    await coord.stop()
+
+
+@async_test
+async def test_members_that_never_sync_are_removed():
+    coord = await started()
+    a, b = [Member(coord, f"c{i}", rebalance_ms=150) for i in range(2)]
+    await join_all([a, b])
+    leader, follower = (a, b) if a.is_leader else (b, a)
+    s = await leader.sync({leader.member_id: b"x", follower.member_id: b"y"})
+    assert s.assignment == b"x"
+    assert coord.describe_group("g").state == "Stable"
+    # the follower never sends SyncGroup: after the rebalance timeout it is dropped
+    await heartbeat_until([leader], REBALANCE_IN_PROGRESS)
+    assert follower.heartbeat() == UNKNOWN_MEMBER_ID
+    await coord.stop()
+
+
+@async_test
+async def test_rejoin_during_completing_rebalance_fails_pending_syncs():
+    coord = await started()
+    a, b = [Member(coord, f"c{i}") for i in range(2)]
+    await join_all([a, b])
+    leader, follower = (a, b) if a.is_leader else (b, a)
+    follower_sync = asyncio.ensure_future(follower.sync())
+    await asyncio.sleep(0.01)
+    assert not follower_sync.done()  # waits for the leader
+    commit = await follower.commit({("t", 0): (1, -1, None)})
+    assert commit == {("t", 0): REBALANCE_IN_PROGRESS}
+    # the follower changes its subscription: rebalance, the parked sync is told to rejoin
+    follower.protocols = [("range", b"new")]
+    rejoin = asyncio.ensure_future(follower.join())
+    assert (await follower_sync).error_code == REBALANCE_IN_PROGRESS
+    await asyncio.gather(rejoin, leader.join())
+    assert leader.generation == follower.generation == 2
+    await coord.stop()
+
+
+@async_test
+async def test_a_follower_rejoining_a_stable_group_unchanged_gets_current_generation():
+    coord = await started()
+    a, b = await stable_group(coord, 2)
+    follower = b if a.is_leader else a
+    r = await follower.join()
+    assert r.error_code == NONE and r.generation_id == 1 and r.members == []
+    assert coord.describe_group("g").state == "Stable"
+    # whereas the leader rejoining forces a rebalance
+    leader = a if a.is_leader else b
+    leader_join = asyncio.ensure_future(leader.join())
+    await asyncio.sleep(0.01)
+    assert coord.describe_group("g").state == "PreparingRebalance"
+    await follower.join()
+    assert (await leader_join).generation_id == 2
+    await coord.stop()
+
+
+# =========================================================================== static members
+
+
+@async_test
+async def test_static_member_rejoin_keeps_assignment_and_fences_old_id():
+    coord = await started()
+    a = Member(coord, "a", instance="inst-a")
+    b = Member(coord, "b")
+    # a static member is never told MEMBER_ID_REQUIRED
+    ra = asyncio.ensure_future(a.join(require_known=True))
+    await asyncio.sleep(0.005)
+    await b.join()
+    assert (await ra).error_code == NONE
+    assert a.member_id.startswith("inst-a-")
+    await sync_all([a, b])
+    old_id, was_leader = a.member_id, a.is_leader
+    leader_before = a.last.leader_id if a.last else None
+
+    # a restarts: same instance id, no member id
+    restarted = Member(coord, "a", instance="inst-a")
+    r = await restarted.join()
+    assert r.error_code == NONE
+    assert r.member_id != old_id and r.generation_id == 1
+    assert r.leader_id == leader_before  # old leader id: no trivial reassignment
+    assert r.members == []
+    assert coord.describe_group("g").state == "Stable"  # no rebalance
+    assert a.heartbeat() == FENCED_INSTANCE_ID
+    assert restarted.heartbeat() == NONE
+    assert (await restarted.sync()).assignment == b"a-a"
+    members = {m[0] for m in coord.describe_group("g").members}
+    assert members == {restarted.member_id, b.member_id}
+    # a joined first, so it led; its leadership moved to the new member id
+    assert was_leader
+    b.protocols = [("range", b"changed")]  # force a rebalance
+    results = await asyncio.gather(b.join(), restarted.join())
+    assert {r.leader_id for r in results} == {restarted.member_id}
+
+    # admin removal by instance id
+    _, per_member = await coord.leave_group("g", [("", "inst-a")])
+    assert per_member == [("", "inst-a", NONE)]
+    assert b.heartbeat() == REBALANCE_IN_PROGRESS
+    await coord.stop()
+
+
+@async_test
+async def test_static_member_survives_a_rebalance_without_rejoining():
+    coord = await started()
+    a = Member(coord, "a", instance="inst-a", rebalance_ms=150)
+    b = Member(coord, "b", rebalance_ms=150)
+    await stable_group_of(coord, [a, b])
+    c = Member(coord, "c", rebalance_ms=150)
+    c_join = asyncio.ensure_future(c.join())
+    await asyncio.sleep(0.01)
+    await b.join()  # a (static) does not rejoin; the phase ends at the rebalance timeout
+    assert (await c_join).generation_id == 2
+    # the static member stays in the group (until its session expires)
+    assert any(m[1] == "inst-a" for m in coord.describe_group("g").members)
+    await coord.stop()
+
+
+async def stable_group_of(coord: GroupCoordinator, members: list[Member]) -> None:
+    assert {r.error_code for r in await join_all(members)} == {NONE}
+    assert {s.error_code for s in await sync_all(members)} == {NONE}
+
+
+# =========================================================================== offsets
+
+
+@async_test
+async def test_commit_and_fetch_offsets():
+    coord = await started()
+    (a,) = await stable_group(coord, 1)
+    offsets = {
+        ("t", 0): (10, 3, "meta"),
+        ("t", 1): (-1, -1, None),  # kafkajs commits -1 and -2 and reads them back
+        ("u", 0): (-2, -1, ""),
+    }
+    assert await a.commit(offsets) == dict.fromkeys(offsets, NONE)
+    err, fetched = coord.fetch_offsets("g", [("t", 0), ("t", 1), ("u", 0), ("t", 9)])
+    assert err == NONE
+    assert fetched == {
+        ("t", 0): (10, 3, "meta"),
+        ("t", 1): (-1, -1, ""),
+        ("u", 0): (-2, -1, ""),
+        ("t", 9): (-1, -1, ""),
+    }
+    assert coord.fetch_offsets("g", None)[1].keys() == offsets.keys()
+    assert coord.fetch_offsets("nogroup", [("t", 0)]) == (NONE, {("t", 0): (-1, -1, "")})
+    assert coord.fetch_offsets("nogroup", None) == (NONE, {})
+    # last commit wins
+    await a.commit({("t", 0): (11, 3, "m2")})
+    assert coord.fetch_offsets("g", [("t", 0)])[1] == {("t", 0): (11, 3, "m2")}
+    await coord.stop()
+
+
+@async_test
+async def test_offset_metadata_too_large_only_fails_that_partition():
+    coord = await started()
+    (a,) = await stable_group(coord, 1)
+    result = await a.commit({("t", 0): (1, -1, "x" * 4097), ("t", 1): (2, -1, "x" * 4096)})
+    assert result == {("t", 0): OFFSET_METADATA_TOO_LARGE, ("t", 1): NONE}
+    # the limit counts Java chars (UTF-16 units): an emoji is two
+    result = await a.commit({("t", 2): (1, -1, "😀" * 2049)})
+    assert result == {("t", 2): OFFSET_METADATA_TOO_LARGE}
+    assert coord.fetch_offsets("g", [("t", 0)])[1][("t", 0)][0] == -1
+    await coord.stop()
+
+
+@async_test
+async def test_standalone_commits_with_generation_minus_one():
+    coord = await started()
+    result = await coord.commit_offsets("simple", -1, "", None, {("t", 0): (42, -1, None)})
+    assert result == {("t", 0): NONE}
+    assert coord.list_groups() == [("simple", "", "Empty")]
+    assert coord.fetch_offsets("simple", [("t", 0)])[1] == {("t", 0): (42, -1, "")}
+    # a generation for a group that does not exist is stale
+    result = await coord.commit_offsets("nogroup", 3, "m", None, {("t", 0): (1, -1, None)})
+    assert result == {("t", 0): ILLEGAL_GENERATION}
+    # standalone commits to a group with members are refused
+    await stable_group(coord, 1)
+    result = await coord.commit_offsets("g", -1, "", None, {("t", 0): (1, -1, None)})
+    assert result == {("t", 0): UNKNOWN_MEMBER_ID}
+    # the empty group id is allowed for offsets (old clients), not for membership
+    assert await coord.commit_offsets("", -1, "", None, {("t", 0): (7, -1, None)}) == {
+        ("t", 0): NONE
+    }
+    await coord.stop()
+
+
+@async_test
+async def test_commit_is_answered_only_after_the_store_append():
+    store = InMemoryOffsetStore()
+    store.append_delay = 0.05
+    coord = await started(store)
+    task = asyncio.ensure_future(coord.commit_offsets("s", -1, "", None, {("t", 0): (1, -1, None)}))
+    await asyncio.sleep(0.01)
+    assert not task.done()
+    assert not store.partitions[coord.partition_for("s")]
+    assert await task == {("t", 0): NONE}
+    assert len(store.partitions[coord.partition_for("s")]) == 1
+    await coord.stop()
+
+
+@async_test
+async def test_store_failures_become_retriable_errors():
+    store = InMemoryOffsetStore()
+    coord = await started(store)
+    a, b = [Member(coord, f"c{i}") for i in range(2)]
+    await join_all([a, b])
+    store.fail_with = KafkaStorageError("disk gone")
+    result = await coord.commit_offsets("s", -1, "", None, {("t", 0): (1, -1, None)})
+    assert result == {("t", 0): COORDINATOR_NOT_AVAILABLE}
+    assert coord.fetch_offsets("s", [("t", 0)])[1] == {("t", 0): (-1, -1, "")}
+    # storing the leader's assignment fails: everyone is told, the group rebalances
+    syncs = await sync_all([a, b])
+    assert {s.error_code for s in syncs} == {COORDINATOR_NOT_AVAILABLE}
+    assert coord.describe_group("g").state == "PreparingRebalance"
+    store.fail_with = None
+    await join_all([a, b])
+    assert {s.error_code for s in await sync_all([a, b])} == {NONE}
+    await coord.stop()
+
+
+# =========================================================================== persistence
+
+
+@async_test
+async def test_replay_rebuilds_offsets_and_groups():
+    store = InMemoryOffsetStore()
+    coord = await started(store)
+    a, b = await stable_group(coord, 2, session_ms=300)
+    await a.commit({("t", 0): (5, 1, "x"), ("t", 1): (6, 1, None)})
+    await a.commit({("t", 0): (7, 2, "y")})  # last writer wins on replay
+    await coord.commit_offsets("simple", -1, "", None, {("u", 3): (-2, -1, None)})
+    await coord.stop()
+
+    # every record sits in its group's partition and decodes
+    for partition, records in store.partitions.items():
+        for key, value in records:
+            k = decode_key(key)
+            assert k is not None and coord.partition_for(k.group) == partition
+            assert value is not None
+
+    coord2 = await started(store)
+    assert coord2.fetch_offsets("g", None)[1] == {("t", 0): (7, 2, "y"), ("t", 1): (6, 1, "")}
+    assert coord2.fetch_offsets("simple", None)[1] == {("u", 3): (-2, -1, "")}
+    d = coord2.describe_group("g")
+    assert (d.state, d.protocol) == ("Stable", "range")
+    assert sorted((m[0], m[5]) for m in d.members) == sorted(
+        [(a.member_id, b"a-c0"), (b.member_id, b"a-c1")]
+    )
+    assert sorted(coord2.list_groups()) == [("g", "consumer", "Stable"), ("simple", "", "Empty")]
+    # the members carry on with the generation they had
+    for m in (a, b):
+        m.coord = coord2
+        assert m.heartbeat() == NONE
+        assert (await m.sync()).assignment in (b"a-c0", b"a-c1")
+    await coord2.stop()
+
+
+@async_test
+async def test_replayed_members_expire_without_heartbeats():
+    store = InMemoryOffsetStore()
+    coord = await started(store)
+    await stable_group(coord, 2, session_ms=100)
+    await coord.stop()
+    coord2 = await started(store)
+    assert coord2.describe_group("g").state == "Stable"
+    await asyncio.sleep(0.25)
+    assert coord2.describe_group("g").state == "Empty"
+    await asyncio.sleep(0.01)
+    await coord2.stop()
+    coord3 = await started(store)
+    assert coord3.describe_group("g").state == "Empty"
+    await coord3.stop()
+
+
+@async_test
+async def test_replay_skips_foreign_and_corrupt_records():
+    store = InMemoryOffsetStore()
+    coord = GroupCoordinator(store, offsets_topic_num_partitions=1)
+    good_key = OffsetCommitKey("g", "t", 0).encode()
+    store.partitions[0] = [
+        (b"\x00\x03\x00\x01g", b"\x00\x00"),  # a KIP-848 record type: not ours
+        (b"\x00", b""),  # garbage key
+        (good_key, b"\x00\x03\x00"),  # truncated value
+        (good_key, OffsetCommitValue(9, -1, "", 1).encode()),
+        (OffsetCommitKey("gone", "t", 0).encode(), OffsetCommitValue(1).encode()),
+        (OffsetCommitKey("gone", "t", 0).encode(), None),  # tombstone
+    ]
+    await coord.start()
+    assert coord.fetch_offsets("g", None)[1] == {("t", 0): (9, -1, "")}
+    assert [g for g, _, _ in coord.list_groups()] == ["g"]
+    await coord.stop()
+
+
+# =========================================================================== admin
+
+
+@async_test
+async def test_delete_groups():
+    store = InMemoryOffsetStore()
+    coord = await started(store)
+    await stable_group(coord, 1)
+    await coord.commit_offsets(
+        "empty", -1, "", None, {("t", 0): (1, -1, None), ("t", 1): (2, -1, None)}
+    )
+    result = await coord.delete_groups(["g", "empty", "unknown", "empty"])
+    assert result == {"g": NON_EMPTY_GROUP, "empty": NONE, "unknown": GROUP_ID_NOT_FOUND}
+    assert coord.describe_group("empty").state == "Dead"
+    assert coord.fetch_offsets("empty", [("t", 0)])[1] == {("t", 0): (-1, -1, "")}
+    assert [g for g, _, _ in coord.list_groups()] == ["g"]
+    tail = store.partitions[coord.partition_for("empty")][-3:]
+    assert [(decode_key(k), v) for k, v in tail] == [
+        (GroupMetadataKey("empty"), None),
+        (OffsetCommitKey("empty", "t", 0), None),
+        (OffsetCommitKey("empty", "t", 1), None),
+    ]
+    assert (await coord.delete_groups(["empty"])) == {"empty": GROUP_ID_NOT_FOUND}
+    await coord.stop()
+    coord2 = await started(store)
+    assert coord2.describe_group("empty").state == "Dead"
+    assert coord2.fetch_offsets("empty", None)[1] == {}
+    # the id can be used again
+    assert (await coord2.commit_offsets("empty", -1, "", None, {("t", 0): (3, -1, None)})) == {
+        ("t", 0): NONE
+    }
+    await coord2.stop()
+
+
+@async_test
+async def test_list_and_describe():
+    coord = await started()
+    await stable_group(coord, 2)
+    await coord.commit_offsets("simple", -1, "", None, {("t", 0): (1, -1, None)})
+    joining = asyncio.ensure_future(Member(coord, "x", group="joining").join())
+    await asyncio.sleep(0.005)
+    assert sorted(coord.list_groups()) == [
+        ("g", "consumer", "Stable"),
+        ("joining", "consumer", "PreparingRebalance"),
+        ("simple", "", "Empty"),
+    ]
+    assert coord.list_groups(["stable", "EMPTY"]) == [
+        ("g", "consumer", "Stable"),
+        ("simple", "", "Empty"),
+    ]
+    assert coord.list_groups(["Dead"]) == []
+    d = coord.describe_group("joining")
+    assert (d.state, d.protocol, len(d.members)) == ("PreparingRebalance", "", 1)
+    assert d.members[0][4:] == (b"", b"")  # no metadata unless Stable
+    d = coord.describe_group("unknown")
+    assert (d.error_code, d.state, d.protocol_type, d.members) == (NONE, "Dead", "", [])
+    await joining
+    await coord.stop()
+
+
+def test_partition_for_matches_java_string_hash_code():
+    assert java_string_hash("") == 0
+    assert java_string_hash("hello") == 99162322
+    assert java_string_hash("Aa") == java_string_hash("BB") == 2112
+    assert java_string_hash("😀") == 0xD83D * 31 + 0xDE00  # UTF-16 surrogate pair
+    assert java_string_hash("polygenelubricants") == -(2**31)
+    coord = GroupCoordinator(InMemoryOffsetStore(), offsets_topic_num_partitions=50)
+    assert coord.partition_for("polygenelubricants") == 0  # Utils.abs(MIN_VALUE) == 0
+    assert coord.partition_for("hello") == 99162322 % 50
+    h = java_string_hash("console-consumer-12345")
+    assert coord.partition_for("console-consumer-12345") == abs(h) % 50
+    with pytest.raises(ValueError):
+        GroupCoordinator(InMemoryOffsetStore(), offsets_topic_num_partitions=0)
+
+
+# =========================================================================== lifecycle
+
+
+@async_test
+async def test_requests_before_start_and_after_stop():
+    coord = GroupCoordinator(InMemoryOffsetStore(), initial_rebalance_delay_ms=DELAY_MS)
+    assert coord.availability_error() == COORDINATOR_LOAD_IN_PROGRESS
+    assert (await Member(coord, "x", session_ms=6000).join()).error_code == (
+        COORDINATOR_LOAD_IN_PROGRESS
+    )
+    assert await coord.commit_offsets("g", -1, "", None, {("t", 0): (1, -1, None)}) == {
+        ("t", 0): COORDINATOR_LOAD_IN_PROGRESS
+    }
+    await coord.start()
+    with pytest.raises(RuntimeError):
+        await coord.start()
+    parked = asyncio.ensure_future(Member(coord, "x", session_ms=6000).join())
+    await asyncio.sleep(0.005)
+    await coord.stop()
+    # parked requests are sent to find the coordinator again
+    assert (await parked).error_code == NOT_COORDINATOR
+    assert coord.fetch_offsets("g", None) == (COORDINATOR_NOT_AVAILABLE, {})
+    assert coord.heartbeat("g", 1, "m", None) == COORDINATOR_NOT_AVAILABLE
+    assert coord.describe_group("g").error_code == COORDINATOR_NOT_AVAILABLE
+    assert coord.list_groups() == []
+
+
+@async_test
+async def test_cancelled_join_does_not_break_the_group():
+    coord = await started()
+    a, b = Member(coord, "a"), Member(coord, "b")
+    a_task = asyncio.ensure_future(a.join())
+    await asyncio.sleep(0.005)
+    b_task = asyncio.ensure_future(b.join())
+    await asyncio.sleep(0.005)
+    b_task.cancel()  # b's connection closed while parked
+    ra = await a_task
+    assert ra.error_code == NONE and len(ra.members) == 2
+    await coord.stop()
+
+
+# =========================================================================== randomized
+
+
+def check_invariants(coord: GroupCoordinator) -> None:
+    """Bookkeeping that must hold between any two events."""
+    for g in coord._groups.values():
+        ms = g.members
+        assert all(mid == m.member_id for mid, m in ms.items())
+        assert g.num_members_awaiting_join == sum(m.is_awaiting_join for m in ms.values())
+        assert (g.leader_id in ms) if ms else g.leader_id is None
+        assert g.static_members == {
+            m.group_instance_id: mid for mid, m in ms.items() if m.group_instance_id is not None
+        }
+        assert +g.supported_protocols == Counter(n for m in ms.values() for n, _ in m.protocols)
+        assert min(g.supported_protocols.values(), default=0) >= 0
+        assert g.pending_sync_members <= ms.keys()
+        assert not g.pending_members.keys() & ms.keys()
+        if g.state is GroupState.EMPTY:
+            assert not ms
+        if g.state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
+            assert ms and g.protocol_name is not None
+        if g.state is GroupState.PREPARING_REBALANCE:
+            assert g.join_timer is not None  # or the group would never leave it
+        for m in ms.values():
+            # every member can still expire, or is parked and will be rescheduled
+            assert m.heartbeat_timer is not None or m.is_awaiting_join or m.is_awaiting_sync
+
+
+PROTOCOL_SETS = [
+    [("range", b"r")],
+    [("range", b"r"), ("roundrobin", b"rr")],
+    [("roundrobin", b"rr"), ("range", b"r2")],
+]
+
+
+async def well_behaved(m: Member, stop: asyncio.Event, synced: dict[str, bool]) -> None:
+    """A consumer as real clients implement one: rejoin on 22/27, reset the id on 25/82."""
+    while not stop.is_set():
+        synced[m.client_id] = False
+        r = await m.join(require_known=True)
+        if r.error_code == MEMBER_ID_REQUIRED:
+            continue
+        if r.error_code in (UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID):
+            m.member_id = ""
+            continue
+        if r.error_code != NONE:
+            await asyncio.sleep(0.005)
+            continue
+        assignments = {mid: b"x" for mid, _, _ in r.members} if m.is_leader else {}
+        s = await m.sync(assignments)
+        if s.error_code in (UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID):
+            m.member_id = ""
+        if s.error_code != NONE:
+            continue
+        synced[m.client_id] = True
+        while not stop.is_set():
+            await asyncio.sleep(m.session_ms / 4000)
+            err = m.heartbeat()
+            if err in (UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID):
+                m.member_id = ""
+            if err != NONE:
+                break
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_operations_keep_invariants_then_converge(seed, caplog):
+    async def main() -> None:
+        rng = random.Random(seed)
+        store = InMemoryOffsetStore()
+        store.append_delay = rng.choice([0.0, 0.003])
+        coord = await started(store, initial_rebalance_delay_ms=20)
+        clients = [
+            Member(
+                coord,
+                f"c{i}",
+                group=rng.choice(["g1", "g2"]),
+                session_ms=rng.choice([60, 120, 300]),
+                rebalance_ms=rng.choice([80, 200]),
+                instance=f"i{i}" if rng.random() < 0.3 else None,
+                protocols=rng.choice(PROTOCOL_SETS),
+            )
+            for i in range(5)
+        ]
+        tasks: set[asyncio.Future[Any]] = set()
+
+        def spawn(coro: Awaitable[Any]) -> None:
+            tasks.add(asyncio.ensure_future(coro))
+
+        # phase 1: chaos - anything in any order, invariants checked after every event
+        for _ in range(150):
+            c = rng.choice(clients)
+            op = rng.random()
+            if op < 0.25:
+                spawn(c.join(require_known=rng.random() < 0.5))
+            elif op < 0.4:
+                ids = [mid for mid, _, _ in c.last.members] if c.last else []
+                spawn(c.sync(dict.fromkeys(ids, b"a")))
+            elif op < 0.6:
+                c.heartbeat()
+            elif op < 0.65:
+                spawn(coord.leave_group(c.group, [(c.member_id, c.instance)]))
+            elif op < 0.75:
+                tp = ("t", rng.randrange(3))
+                spawn(c.commit({tp: (rng.randrange(-2, 100), -1, None)}))
+            elif op < 0.8:
+                c.member_id = ""  # the client restarted
+            else:
+                await asyncio.sleep(rng.random() * 0.02)
+            await asyncio.sleep(0)
+            check_invariants(coord)
+        # every parked request is answered in bounded time (rebalance/session timeouts)
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=5)
+            assert not pending
+        check_invariants(coord)
+
+        # phase 2: everyone behaves; each group must end Stable with exactly its clients
+        stop = asyncio.Event()
+        synced: dict[str, bool] = {}
+        loops = [asyncio.ensure_future(well_behaved(c, stop, synced)) for c in clients]
+
+        def converged() -> bool:
+            for name in ("g1", "g2"):
+                cs = [c for c in clients if c.group == name]
+                g = coord._groups.get(name)
+                if not cs:
+                    continue
+                if g is None or g.state is not GroupState.STABLE:
+                    return False
+                if set(g.members) != {c.member_id for c in cs}:
+                    return False
+                if not all(synced.get(c.client_id) and c.generation == g.generation_id for c in cs):
+                    return False
+            return True
+
+        deadline = time.monotonic() + 5
+        while not converged():
+            assert time.monotonic() < deadline, f"no convergence: {coord._groups}"
+            check_invariants(coord)
+            await asyncio.sleep(0.01)
+        stop.set()
+        await coord.stop()
+        await asyncio.wait_for(asyncio.gather(*loops), timeout=5)
+
+    with caplog.at_level(logging.WARNING, logger="tierlog.server.group_coordinator"):
+        asyncio.run(main())
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
