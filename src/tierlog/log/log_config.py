@@ -338,6 +338,8 @@ class LogConfig:
     )
     overrides: frozenset[str] = frozenset()
     broker_defaults: frozenset[str] = frozenset()
+    #: The typed broker-level values of ``broker_defaults`` (what an override falls back to).
+    broker_values: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_broker(cls, broker_props: Mapping[str, str]) -> LogConfig:
@@ -349,7 +351,9 @@ class LogConfig:
             if topic_name is not None:
                 values[topic_name] = parse_value(topic_name, raw)
                 from_broker.add(topic_name)
-        return cls(values, frozenset(), frozenset(from_broker))
+        return cls(
+            values, frozenset(), frozenset(from_broker), {n: values[n] for n in from_broker}
+        )
 
     def with_overrides(
         self, overrides: Mapping[str, object], *, replace: bool = False
@@ -365,19 +369,26 @@ class LogConfig:
         for name, raw in overrides.items():
             values[name] = parse_value(name, raw)
             names.add(name)
-        new = LogConfig(values, frozenset(names), self.broker_defaults)
+        new = LogConfig(values, frozenset(names), self.broker_defaults, self.broker_values)
         new.validate()
         return new
 
     def without(self, names: set[str] | frozenset[str]) -> LogConfig:
         """A new config with topic-level overrides of ``names`` removed (back to defaults)."""
-        defaults = self.defaults()
         values = dict(self.values)
         for name in names:
             if name not in TOPIC_CONFIGS:
                 raise ConfigError(name, "unknown topic config")
-            values[name] = defaults.values[name]
-        return LogConfig(values, self.overrides - names, self.broker_defaults)
+            values[name] = self._default_value(name)
+        return LogConfig(values, self.overrides - names, self.broker_defaults, self.broker_values)
+
+    def _default_value(self, name: str) -> Any:
+        """The broker-level value of ``name`` when set, else the built-in default."""
+        if name in self.broker_values:
+            return self.broker_values[name]
+        if name not in self.overrides:
+            return self.values[name]
+        return TOPIC_CONFIGS[name].default
 
     def defaults(self) -> LogConfig:
         """This config with every topic-level override removed."""

@@ -1,0 +1,982 @@
+"""Kafka's ``LogManager``: every partition log of this broker, spread over several log dirs.
+
+On disk, per log dir (Kafka's names)::
+
+    <log.dir>/meta.properties                    version=1, node.id, cluster.id, directory.id
+    <log.dir>/.kafka_cleanshutdown               present only after a clean shutdown
+    <log.dir>/recovery-point-offset-checkpoint   <topic> <partition> <offset> per log
+    <log.dir>/log-start-offset-checkpoint        <topic> <partition> <offset> per log
+    <log.dir>/<topic>-<partition>/               one partition (see Log), with partition.metadata
+    <log.dir>/<topic>-<partition>.<uuid>-delete/ a deleted partition, removed in the background
+    <log.dir>/__tierlog_topics.json              the topic registry (tierlog's own file)
+
+The topic registry. Kafka keeps topic ids, partition counts and config overrides in its
+metadata log (KRaft); tierlog is a single node and keeps them in ``__tierlog_topics.json``,
+a copy of which is written atomically (temp file, fsync, rename) into *every* log dir::
+
+    {"version": 1, "epoch": 12,
+     "topics": {"orders": {"topic_id": "<Kafka base64 id>", "partitions": 3,
+                           "configs": {"retention.ms": "3600000"}}},
+     "deleted_topic_ids": ["<Kafka base64 id>", ...]}
+
+``epoch`` grows with every write; at startup the copy with the highest epoch wins, so losing a
+log dir, or a crash between the copies, loses nothing. ``configs`` holds the topic-level
+overrides only (the broker defaults stay in server.properties). ``deleted_topic_ids`` are
+tombstones: a partition dir still carrying such an id (a crash in the middle of a delete) is
+removed at startup. Each partition dir also has Kafka's ``partition.metadata`` with the topic
+id, so a partition dir not in the registry (a Kafka log dir, or a registry lost) is adopted:
+its topic is registered with its own id and no overrides.
+
+Order of writes, for crash safety: create and create-partitions write the registry first and
+then the logs (a missing partition dir is recreated empty at startup); delete writes the
+registry (with the tombstone) first and then renames the dirs to ``-delete``.
+
+Thread-safe: changes to the registry and the set of logs are serialised by a lock, and readers
+(``topic``, ``get_log`` ...) read copy-on-write dicts without locking. A background daemon
+thread applies retention, flushes, writes checkpoints and removes deleted partition dirs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tierlog.errors import (
+    ConfigError,
+    CorruptCheckpointError,
+    InconsistentLogDirError,
+    InvalidConfig,
+    InvalidPartitions,
+    InvalidTopic,
+    KafkaStorageError,
+    TopicAlreadyExists,
+    UnknownTopicOrPartition,
+)
+from tierlog.log import log_file_utils as lfu
+from tierlog.log.checkpoint_file import OffsetCheckpointFile
+from tierlog.log.log import Log
+from tierlog.log.log_config import LONG_MAX, TOPIC_CONFIGS, LogConfig
+from tierlog.log.partition_metadata_file import (
+    PartitionMetadataFile,
+    kafka_str_to_uuid,
+    uuid_to_kafka_str,
+)
+
+__all__ = [
+    "META_PROPERTIES_FILENAME",
+    "TOPIC_REGISTRY_FILENAME",
+    "LogManager",
+    "TopicInfo",
+    "random_kafka_uuid",
+    "validate_topic_name",
+]
+
+log = logging.getLogger(__name__)
+
+META_PROPERTIES_FILENAME = "meta.properties"
+TOPIC_REGISTRY_FILENAME = "__tierlog_topics.json"
+#: Kafka's RemoteIndexCache directory inside a log dir: not a partition.
+REMOTE_INDEX_CACHE_DIR = "remote-log-index-cache"
+
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
+_ZERO_UUID = uuid.UUID(int=0)
+_MAX_FILE_NAME = 255
+_MAX_WAIT_S = 1.0  # longest sleep of the background thread between checks
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def random_kafka_uuid() -> uuid.UUID:
+    """Kafka's ``Uuid.randomUuid()``: never zero, never a string starting with '-'."""
+    while True:
+        u = uuid.uuid4()
+        if u != _ZERO_UUID and not uuid_to_kafka_str(u).startswith("-"):
+            return u
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's ``Topic.validate``: 1..249 characters of ``[a-zA-Z0-9._-]``, not "." or "..".
+
+    So no topic name can contain a path separator or reach outside its log dir.
+
+    Raises:
+        InvalidTopic: with Kafka's message.
+    """
+    if not name:
+        raise InvalidTopic("Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise InvalidTopic('Topic name cannot be "." or ".."')
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopic(
+            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} "
+            f"characters, topic name: {name}"
+        )
+    if not _LEGAL_TOPIC.fullmatch(name):
+        raise InvalidTopic(
+            f'Topic name "{name}" is illegal, it contains a character other than ASCII '
+            "alphanumerics, '.', '_' and '-'"
+        )
+
+
+def _collision_form(name: str) -> str:
+    """Kafka's ``Topic.unifyCollisionChars``: '.' and '_' collide in metric names."""
+    return name.replace(".", "_")
+
+
+def _parse_partition_dir(name: str) -> tuple[str, int] | None:
+    """``(topic, partition)`` of a ``<topic>-<partition>`` dir name, or None."""
+    topic, sep, part = name.rpartition("-")
+    if not sep or not part.isdigit() or not part.isascii() or (len(part) > 1 and part[0] == "0"):
+        return None
+    try:
+        validate_topic_name(topic)
+    except InvalidTopic:
+        return None
+    return topic, int(part)
+
+
+def _delete_dir_name(topic: str, partition: int) -> str:
+    """Kafka's ``logDeleteDirName``: ``<topic>-<partition>.<uuid hex>-delete``, within 255."""
+    suffix = f"-{partition}.{uuid.uuid4().hex}{lfu.DELETE_DIR_SUFFIX}"
+    return topic[: _MAX_FILE_NAME - len(suffix)] + suffix
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """A topic as the registry knows it. Immutable."""
+
+    name: str
+    topic_id: uuid.UUID
+    num_partitions: int
+    config: LogConfig
+
+    @property
+    def overrides(self) -> dict[str, str]:
+        """The topic-level config overrides, as strings."""
+        return self.config.to_props(overrides_only=True)
+
+
+class LogManager:
+    """All partition logs of this broker. See the module docstring for files and formats.
+
+    Thread-safe. Call :meth:`startup` before use and :meth:`shutdown` at the end.
+    """
+
+    def __init__(
+        self,
+        log_dirs: Iterable[Path],
+        default_config: LogConfig,
+        *,
+        node_id: int = 0,
+        cluster_id: str | None = None,
+        retention_check_interval_ms: int = 300_000,
+        flush_check_interval_ms: int = LONG_MAX,
+        flush_recovery_offset_checkpoint_interval_ms: int = 60_000,
+        flush_start_offset_checkpoint_interval_ms: int = 60_000,
+        recovery_threads_per_data_dir: int = 2,
+        remote_log_storage_system_enable: bool = False,
+        time_ms: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        """
+        Args:
+            log_dirs: the ``log.dirs``; at least one, no duplicates.
+            default_config: the broker-level topic defaults (``KafkaConfig.log_config()``).
+            node_id: written to and checked against each dir's ``meta.properties``.
+            cluster_id: expected cluster id; None adopts the stored one or generates one.
+            remote_log_storage_system_enable: the broker flag a topic's
+                ``remote.storage.enable=true`` needs.
+            time_ms: the clock (injectable for tests).
+        """
+        dirs = [Path(d) for d in log_dirs]
+        if not dirs:
+            raise ValueError("at least one log dir is needed")
+        if len({d.absolute() for d in dirs}) != len(dirs):
+            raise ValueError(f"duplicate log dirs in {[str(d) for d in dirs]}")
+        self._log_dirs = dirs
+        self._default_config = default_config
+        self._node_id = node_id
+        self._cluster_id = cluster_id
+        self._retention_check_interval_ms = retention_check_interval_ms
+        self._flush_check_interval_ms = flush_check_interval_ms
+        self._recovery_checkpoint_interval_ms = flush_recovery_offset_checkpoint_interval_ms
+        self._start_offset_checkpoint_interval_ms = flush_start_offset_checkpoint_interval_ms
+        self._recovery_threads = max(1, recovery_threads_per_data_dir) * len(dirs)
+        self._remote_storage_enabled = remote_log_storage_system_enable
+        self._time_ms = time_ms
+
+        self._lock = threading.RLock()  # registry and the set of logs
+        self._checkpoint_lock = threading.Lock()
+        # Copy-on-write: replaced, never mutated, so readers need no lock.
+        self._topics: dict[str, TopicInfo] = {}
+        self._logs: dict[tuple[str, int], Log] = {}
+        self._log_dir_of: dict[tuple[str, int], Path] = {}
+        self._deleted_ids: frozenset[uuid.UUID] = frozenset()
+        self._registry_epoch = 0
+        self._registry_dirty = False  # the registry on disk lags the one in memory
+        self._directory_ids: dict[Path, uuid.UUID] = {}
+        self._offline_dirs: set[Path] = set()
+
+        self._to_delete: list[Path] = []  # renamed partition dirs awaiting removal
+        self._wakeup = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._started = False
+
+    # ----------------------------------------------------------------- properties
+
+    @property
+    def log_dirs(self) -> list[Path]:
+        return list(self._log_dirs)
+
+    @property
+    def default_config(self) -> LogConfig:
+        """The broker-level topic defaults."""
+        return self._default_config
+
+    @property
+    def cluster_id(self) -> str:
+        """Kafka's 22-character cluster id (known after :meth:`startup`)."""
+        if self._cluster_id is None:
+            raise RuntimeError("cluster id is known after startup()")
+        return self._cluster_id
+
+    @property
+    def node_id(self) -> int:
+        return self._node_id
+
+    def directory_id(self, log_dir: Path) -> uuid.UUID:
+        """The ``directory.id`` of a log dir (after :meth:`startup`)."""
+        return self._directory_ids[Path(log_dir)]
+
+    @property
+    def offline_log_dirs(self) -> set[Path]:
+        """Log dirs where an I/O error happened (Kafka marks them offline)."""
+        return set(self._offline_dirs)
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def startup(self) -> None:
+        """Create the dirs, check ``meta.properties``, load every log, start the background
+        thread.
+
+        Raises:
+            KafkaStorageError: a dir cannot be created or read.
+            InconsistentLogDirError: a dir belongs to another node or cluster.
+        """
+        with self._lock:
+            if self._started:
+                raise RuntimeError("LogManager already started")
+            self._stopping.clear()
+            for d in self._log_dirs:
+                try:
+                    d.mkdir(parents=True, exist_ok=True)
+                except OSError as e:
+                    raise self._storage_error(e, d, "create log dir") from e
+            self._check_meta_properties()
+            self._load_registry()
+            self._load_logs()
+            self._started = True
+        self._thread = threading.Thread(target=self._run, name="tierlog-log-manager", daemon=True)
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        """Stop the background thread, flush and close every log, write the checkpoints and
+        the clean shutdown marker. Idempotent."""
+        with self._lock:
+            if not self._started:
+                return
+            self._started = False
+        self._stopping.set()
+        self._wakeup.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self._delete_pending_dirs()
+        with self._lock:
+            failed: set[Path] = set()
+            for tp, lg in self._logs.items():
+                try:
+                    lg.flush()
+                    lg.close()
+                except OSError as e:
+                    dir_ = self._log_dir_of[tp]
+                    failed.add(dir_)
+                    log.error("closing %s-%d failed: %s", tp[0], tp[1], e)
+            self._write_checkpoints(recovery=True, start=True)
+            for d in self._log_dirs:
+                if d in failed or d in self._offline_dirs:
+                    continue
+                try:
+                    lfu.write_atomically(
+                        d / lfu.CLEAN_SHUTDOWN_FILENAME, b'{"version":0,"brokerEpoch":-1}'
+                    )
+                except OSError as e:
+                    log.error("cannot write the clean shutdown marker in %s: %s", d, e)
+            self._logs = {}
+            self._log_dir_of = {}
+
+    # ----------------------------------------------------------------- queries
+
+    def topic(self, name: str) -> TopicInfo | None:
+        return self._topics.get(name)
+
+    def topics(self) -> dict[str, TopicInfo]:
+        return dict(self._topics)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        for info in self._topics.values():
+            if info.topic_id == topic_id:
+                return info
+        return None
+
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self._logs.get((topic, partition))
+
+    def all_logs(self) -> list[Log]:
+        return list(self._logs.values())
+
+    # ----------------------------------------------------------------- topic admin
+
+    def create_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        configs: Mapping[str, str],
+        topic_id: uuid.UUID | None = None,
+        validate_only: bool = False,
+    ) -> TopicInfo:
+        """Create a topic with ``configs`` as topic-level overrides.
+
+        Raises:
+            InvalidTopic: an illegal name, or one colliding with an existing topic ('.' vs '_').
+            TopicAlreadyExists: the name (or the given topic id) is taken.
+            InvalidPartitions: ``num_partitions`` < 1.
+            InvalidConfig: an unknown config or a bad value (the message names the key).
+            KafkaStorageError: the partition dirs cannot be created.
+        """
+        validate_topic_name(name)
+        if num_partitions < 1:
+            raise InvalidPartitions(
+                f"Number of partitions was set to an invalid non-positive value: {num_partitions}"
+            )
+        config = self._topic_config(configs)
+        with self._lock:
+            self._check_started()
+            if name in self._topics:
+                raise TopicAlreadyExists(f"Topic '{name}' already exists.")
+            collision = _collision_form(name)
+            for other in self._topics:
+                if _collision_form(other) == collision:
+                    raise InvalidTopic(f"Topic '{name}' collides with existing topic: {other}")
+            if topic_id is not None and self.topic_by_id(topic_id) is not None:
+                raise TopicAlreadyExists(f"Topic id {uuid_to_kafka_str(topic_id)} already exists.")
+            info = TopicInfo(name, topic_id or random_kafka_uuid(), num_partitions, config)
+            if validate_only:
+                return info
+            self._save_registry({**self._topics, name: info})
+            try:
+                self._open_new_logs(info, range(num_partitions))
+            except BaseException:
+                self._drop_logs(name, range(num_partitions))
+                topics = dict(self._topics)
+                del topics[name]
+                self._save_registry(topics)
+                raise
+            return info
+
+    def create_partitions(self, name: str, new_total: int) -> TopicInfo:
+        """Grow a topic to ``new_total`` partitions.
+
+        Raises:
+            UnknownTopicOrPartition: no such topic.
+            InvalidPartitions: ``new_total`` is not more than the current count.
+            KafkaStorageError: the new partition dirs cannot be created.
+        """
+        with self._lock:
+            self._check_started()
+            info = self._topics.get(name)
+            if info is None:
+                raise UnknownTopicOrPartition(f"Topic '{name}' does not exist.")
+            if new_total == info.num_partitions:
+                raise InvalidPartitions(f"Topic already has {info.num_partitions} partitions.")
+            if new_total < info.num_partitions:
+                raise InvalidPartitions(
+                    f"Topic currently has {info.num_partitions} partitions, which is higher "
+                    f"than the requested {new_total}."
+                )
+            new = TopicInfo(name, info.topic_id, new_total, info.config)
+            self._save_registry({**self._topics, name: new})
+            added = range(info.num_partitions, new_total)
+            try:
+                self._open_new_logs(new, added)
+            except BaseException:
+                self._drop_logs(name, added)
+                self._save_registry({**self._topics, name: info})
+                raise
+            return new
+
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic: its partition dirs are renamed ``<topic>-<p>.<uuid>-delete`` at once
+        and removed by the background thread.
+
+        Raises:
+            UnknownTopicOrPartition: no such topic.
+            KafkaStorageError: a rename failed (the topic is gone from the registry; the dir
+                is removed at the next startup, by its tombstoned topic id).
+        """
+        with self._lock:
+            self._check_started()
+            info = self._topics.get(name)
+            if info is None:
+                raise UnknownTopicOrPartition(f"Topic '{name}' does not exist.")
+            topics = dict(self._topics)
+            del topics[name]
+            self._save_registry(topics, deleted=self._deleted_ids | {info.topic_id})
+            self._drop_logs(name, range(info.num_partitions))
+        self._wakeup.set()
+
+    def alter_topic_config(
+        self, name: str, overrides: Mapping[str, str | None], *, incremental: bool
+    ) -> TopicInfo:
+        """Change a topic's overrides and apply them to every partition's log.
+
+        ``incremental=True`` (IncrementalAlterConfigs): set the given keys, a None value
+        deletes the override. ``incremental=False`` (AlterConfigs): the given non-None keys
+        become the complete set of overrides.
+
+        Raises:
+            UnknownTopicOrPartition: no such topic.
+            InvalidConfig: an unknown config or a bad value (the message names the key).
+        """
+        with self._lock:
+            self._check_started()
+            info = self._topics.get(name)
+            if info is None:
+                raise UnknownTopicOrPartition(f"Topic '{name}' does not exist.")
+            new_overrides = dict(info.overrides) if incremental else {}
+            for key, value in overrides.items():
+                if value is not None:
+                    new_overrides[key] = value
+                elif key not in TOPIC_CONFIGS:
+                    raise InvalidConfig(f"{key}: unknown topic config")
+                else:
+                    new_overrides.pop(key, None)
+            config = self._topic_config(new_overrides)
+            new = TopicInfo(name, info.topic_id, info.num_partitions, config)
+            self._save_registry({**self._topics, name: new})
+            for p in range(info.num_partitions):
+                lg = self._logs.get((name, p))
+                if lg is not None:
+                    lg.update_config(config)
+            return new
+
+    # ----------------------------------------------------------------- maintenance
+
+    def checkpoint_recovery_points(self) -> None:
+        """Write ``recovery-point-offset-checkpoint`` in every log dir."""
+        self._write_checkpoints(recovery=True, start=False)
+
+    def checkpoint_log_start_offsets(self) -> None:
+        """Write ``log-start-offset-checkpoint`` in every log dir."""
+        self._write_checkpoints(recovery=False, start=True)
+
+    def cleanup_logs(self, now_ms: int | None = None) -> int:
+        """Apply retention to every log now; the number of segments deleted."""
+        now = self._time_ms() if now_ms is None else now_ms
+        deleted = 0
+        for lg in list(self._logs.values()):
+            try:
+                deleted += lg.delete_old_segments(now)
+            except OSError as e:
+                log.error("retention of %s failed: %s", lg.dir, e)
+        return deleted
+
+    def flush_dirty_logs(self, now_ms: int | None = None) -> None:
+        """Flush every log whose ``flush.ms`` is due."""
+        now = self._time_ms() if now_ms is None else now_ms
+        for lg in list(self._logs.values()):
+            try:
+                lg.flush_if_due(now)
+            except OSError as e:
+                log.error("flush of %s failed: %s", lg.dir, e)
+
+    # ----------------------------------------------------------------- background thread
+
+    def _run(self) -> None:
+        now = self._time_ms()
+        next_retention = now + self._retention_check_interval_ms
+        next_flush = now + self._flush_check_interval_ms
+        next_recovery = now + self._recovery_checkpoint_interval_ms
+        next_start = now + self._start_offset_checkpoint_interval_ms
+        while not self._stopping.is_set():
+            try:
+                self._delete_pending_dirs()
+                now = self._time_ms()
+                if now >= next_retention:
+                    self.cleanup_logs(now)
+                    next_retention = now + self._retention_check_interval_ms
+                if now >= next_flush:
+                    self.flush_dirty_logs(now)
+                    next_flush = now + self._flush_check_interval_ms
+                if now >= next_recovery:
+                    self.checkpoint_recovery_points()
+                    next_recovery = now + self._recovery_checkpoint_interval_ms
+                if now >= next_start:
+                    self.checkpoint_log_start_offsets()
+                    next_start = now + self._start_offset_checkpoint_interval_ms
+                wait_ms = min(next_retention, next_flush, next_recovery, next_start) - now
+            except Exception:  # keep the scheduler alive; the next round retries
+                log.exception("log manager background task failed")
+                wait_ms = 1000
+            self._wakeup.wait(min(max(wait_ms / 1000, 0.001), _MAX_WAIT_S))
+            self._wakeup.clear()
+
+    def _delete_pending_dirs(self) -> None:
+        with self._lock:
+            pending, self._to_delete = self._to_delete, []
+        for d in pending:
+            try:
+                shutil.rmtree(d)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                log.error("cannot remove deleted partition dir %s: %s", d, e)
+
+    # ----------------------------------------------------------------- meta.properties
+
+    def _check_meta_properties(self) -> None:
+        stored: dict[Path, dict[str, str]] = {}
+        for d in self._log_dirs:
+            path = d / META_PROPERTIES_FILENAME
+            try:
+                text = path.read_text("utf-8")
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                raise self._storage_error(e, path, "read") from e
+            stored[d] = _parse_simple_properties(text)
+        cluster_ids = {p["cluster.id"] for p in stored.values() if p.get("cluster.id")}
+        if self._cluster_id is not None:
+            cluster_ids.add(self._cluster_id)
+        if len(cluster_ids) > 1:
+            raise InconsistentLogDirError(
+                f"the log dirs belong to different clusters: {', '.join(sorted(cluster_ids))}"
+            )
+        self._cluster_id = (
+            cluster_ids.pop() if cluster_ids else uuid_to_kafka_str(random_kafka_uuid())
+        )
+        seen_dir_ids: set[uuid.UUID] = set()
+        for d in self._log_dirs:
+            props = stored.get(d, {})
+            path = d / META_PROPERTIES_FILENAME
+            version = props.get("version", "1")
+            if version not in ("0", "1"):
+                raise InconsistentLogDirError(f"{path}: unknown meta.properties version {version}")
+            node = props.get("node.id", props.get("broker.id"))
+            if node is not None and node.strip() != str(self._node_id):
+                raise InconsistentLogDirError(
+                    f"{path}: stored node id {node} does not match this node's id "
+                    f"{self._node_id} (node.id)"
+                )
+            dir_id: uuid.UUID | None = None
+            if props.get("directory.id"):
+                try:
+                    dir_id = kafka_str_to_uuid(props["directory.id"])
+                except ValueError as e:
+                    raise InconsistentLogDirError(f"{path}: bad directory.id: {e}") from None
+            if dir_id is None or dir_id in seen_dir_ids:
+                dir_id = random_kafka_uuid()
+            seen_dir_ids.add(dir_id)
+            self._directory_ids[d] = dir_id
+            wanted = {
+                "cluster.id": self._cluster_id,
+                "directory.id": uuid_to_kafka_str(dir_id),
+                "node.id": str(self._node_id),
+                "version": "1",
+            }
+            if props != wanted:
+                body = "#\n#Written by tierlog\n" + "".join(f"{k}={v}\n" for k, v in wanted.items())
+                try:
+                    lfu.write_atomically(path, body.encode())
+                except OSError as e:
+                    raise self._storage_error(e, path, "write") from e
+
+    # ----------------------------------------------------------------- registry
+
+    def _registry_paths(self) -> list[Path]:
+        return [d / TOPIC_REGISTRY_FILENAME for d in self._log_dirs]
+
+    def _load_registry(self) -> None:
+        best: dict[str, Any] | None = None
+        epochs: list[int] = []
+        for path in self._registry_paths():
+            try:
+                data = json.loads(path.read_bytes())
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError) as e:
+                log.error("ignoring unreadable topic registry %s: %s", path, e)
+                continue
+            if not isinstance(data, dict) or data.get("version") != 1:
+                log.error("ignoring topic registry %s of unknown format", path)
+                continue
+            epochs.append(int(data.get("epoch", 0)))
+            if best is None or epochs[-1] > int(best.get("epoch", 0)):
+                best = data
+        topics: dict[str, TopicInfo] = {}
+        deleted: set[uuid.UUID] = set()
+        if best is not None:
+            self._registry_epoch = int(best.get("epoch", 0))
+            # A dir without the newest copy (added to log.dirs, or a crash between copies).
+            self._registry_dirty = epochs.count(self._registry_epoch) != len(self._log_dirs)
+            for name, t in best.get("topics", {}).items():
+                if not isinstance(t, dict):
+                    log.error("malformed registry entry for topic %s", name)
+                    continue
+                try:
+                    validate_topic_name(name)
+                    config = self._default_config.with_overrides(t.get("configs", {}))
+                except (InvalidTopic, ConfigError) as e:
+                    # A broker default or a config rule changed since it was written: keep the
+                    # topic with its valid overrides only, and say so.
+                    log.error("topic %s in the registry: %s", name, e)
+                    if isinstance(e, InvalidTopic):
+                        continue
+                    config = self._lenient_config(t.get("configs", {}))
+                try:
+                    topic_id, partitions = kafka_str_to_uuid(t["topic_id"]), int(t["partitions"])
+                except (KeyError, TypeError, ValueError) as e:
+                    # Its partition dirs are adopted below, with their partition.metadata ids.
+                    log.error("malformed registry entry for topic %s: %r", name, e)
+                    continue
+                topics[name] = TopicInfo(name, topic_id, partitions, config)
+            for s in best.get("deleted_topic_ids", []):
+                try:
+                    deleted.add(kafka_str_to_uuid(s))
+                except ValueError as e:
+                    log.error("malformed deleted topic id in the registry: %s", e)
+        self._topics = topics
+        self._deleted_ids = frozenset(deleted)
+
+    def _lenient_config(self, configs: Mapping[str, str]) -> LogConfig:
+        config = self._default_config
+        for k, v in configs.items():
+            try:
+                config = config.with_overrides({k: v})
+            except ConfigError as e:
+                log.error("dropping topic config override %s=%s: %s", k, v, e)
+        return config
+
+    def _save_registry(
+        self, topics: dict[str, TopicInfo], deleted: frozenset[uuid.UUID] | None = None
+    ) -> None:
+        """Persist ``topics`` (every log dir), then make it the live registry."""
+        deleted = self._deleted_ids if deleted is None else deleted
+        epoch = self._registry_epoch + 1
+        doc = {
+            "version": 1,
+            "epoch": epoch,
+            "topics": {
+                name: {
+                    "topic_id": uuid_to_kafka_str(info.topic_id),
+                    "partitions": info.num_partitions,
+                    "configs": info.overrides,
+                }
+                for name, info in sorted(topics.items())
+            },
+            "deleted_topic_ids": sorted(uuid_to_kafka_str(u) for u in deleted),
+        }
+        data = (json.dumps(doc, indent=1) + "\n").encode()
+        written = 0
+        error: OSError | None = None
+        for d, path in zip(self._log_dirs, self._registry_paths(), strict=True):
+            if d in self._offline_dirs:
+                continue
+            try:
+                lfu.write_atomically(path, data)
+                written += 1
+            except OSError as e:
+                error = e
+                self._storage_error(e, path, "write")
+        if written == 0:
+            assert error is not None or not self._log_dirs
+            raise KafkaStorageError(f"cannot write the topic registry in any log dir: {error}")
+        self._registry_epoch = epoch
+        self._topics = dict(topics)
+        self._deleted_ids = frozenset(deleted)
+
+    # ----------------------------------------------------------------- loading
+
+    def _load_logs(self) -> None:
+        """Open every partition dir of every log dir (in parallel)."""
+        jobs: list[tuple[Path, tuple[str, int], uuid.UUID | None, bool, int, int | None]] = []
+        for d in self._log_dirs:
+            clean = (d / lfu.CLEAN_SHUTDOWN_FILENAME).exists()
+            recovery = self._read_checkpoint(d / lfu.RECOVERY_POINT_CHECKPOINT_FILENAME)
+            starts = self._read_checkpoint(d / lfu.LOG_START_OFFSET_CHECKPOINT_FILENAME)
+            try:
+                entries = sorted(d.iterdir())
+            except OSError as e:
+                raise self._storage_error(e, d, "list") from e
+            for entry in entries:
+                if entry.name.endswith(lfu.DELETE_DIR_SUFFIX) and entry.is_dir():
+                    self._to_delete.append(entry)  # finish an interrupted delete
+                    continue
+                tp = _parse_partition_dir(entry.name) if entry.is_dir() else None
+                if tp is None:
+                    continue  # remote-log-index-cache, checkpoints, -future dirs, files
+                if tp in self._log_dir_of:
+                    log.error(
+                        "partition %s-%d is in two log dirs (%s and %s); using the first",
+                        *tp,
+                        self._log_dir_of[tp],
+                        d,
+                    )
+                    continue
+                try:
+                    stored_id = PartitionMetadataFile(
+                        entry / lfu.PARTITION_METADATA_FILENAME
+                    ).read()
+                except (CorruptCheckpointError, OSError) as e:
+                    log.warning("%s: %s; using the registry's topic id", entry, e)
+                    stored_id = None
+                if stored_id is not None and stored_id in self._deleted_ids:
+                    self._rename_for_delete(entry, *tp)
+                    continue
+                info = self._topics.get(tp[0])
+                if info is not None and stored_id is not None and stored_id != info.topic_id:
+                    log.error(
+                        "%s holds topic id %s but topic %s has id %s; not loading it",
+                        entry,
+                        uuid_to_kafka_str(stored_id),
+                        tp[0],
+                        uuid_to_kafka_str(info.topic_id),
+                    )
+                    continue
+                if info is None:
+                    info = self._adopt(tp, stored_id)
+                elif tp[1] >= info.num_partitions:
+                    log.warning(
+                        "%s is beyond topic %s's partition count; adopting it", entry, tp[0]
+                    )
+                    info = TopicInfo(info.name, info.topic_id, tp[1] + 1, info.config)
+                    self._topics = {**self._topics, info.name: info}
+                    self._registry_dirty = True
+                self._log_dir_of[tp] = d
+                jobs.append((entry, tp, info.topic_id, clean, recovery.get(tp, 0), starts.get(tp)))
+        # Registered partitions without a dir (a crash after the registry write): create them.
+        for name, info in self._topics.items():
+            for p in range(info.num_partitions):
+                if (name, p) not in self._log_dir_of:
+                    d = self._next_log_dir()
+                    self._log_dir_of[(name, p)] = d
+                    jobs.append(
+                        (d / lfu.log_dir_name(name, p), (name, p), info.topic_id, True, 0, None)
+                    )
+        if self._registry_dirty:
+            self._save_registry(self._topics, self._deleted_ids)
+
+        def open_one(
+            job: tuple[Path, tuple[str, int], uuid.UUID | None, bool, int, int | None],
+        ) -> tuple[tuple[str, int], Log]:
+            path, tp, topic_id, clean, recovery_point, start = job
+            try:
+                lg = Log.open(
+                    path,
+                    self._topics[tp[0]].config,
+                    log_start_offset=start,
+                    recovery_point=recovery_point,
+                    topic_id=topic_id,
+                    had_clean_shutdown=clean,
+                    time_ms=self._time_ms,
+                )
+            except OSError as e:
+                raise self._storage_error(e, path, "load log") from e
+            return tp, lg
+
+        logs: dict[tuple[str, int], Log] = {}
+        with ThreadPoolExecutor(self._recovery_threads, thread_name_prefix="log-recovery") as ex:
+            for tp, lg in ex.map(open_one, jobs):
+                logs[tp] = lg
+        self._logs = logs
+        for d in self._log_dirs:
+            # The marker is only for the load that just finished (Kafka deletes it here too).
+            try:
+                (d / lfu.CLEAN_SHUTDOWN_FILENAME).unlink(missing_ok=True)
+                lfu.fsync_dir(d)
+            except OSError as e:
+                raise self._storage_error(e, d, "remove the clean shutdown marker in") from e
+        # Tombstones whose dirs are all gone are no longer needed.
+        if self._deleted_ids:
+            self._save_registry(self._topics, frozenset())
+        log.info("loaded %d logs from %s", len(logs), ", ".join(map(str, self._log_dirs)))
+
+    def _adopt(self, tp: tuple[str, int], stored_id: uuid.UUID | None) -> TopicInfo:
+        """Register a topic found on disk but not in the registry."""
+        name, partition = tp
+        info = TopicInfo(
+            name, stored_id or random_kafka_uuid(), partition + 1, self._default_config
+        )
+        log.warning(
+            "adopting topic %s (id %s) found in a log dir but not in the topic registry",
+            name,
+            uuid_to_kafka_str(info.topic_id),
+        )
+        self._topics = {**self._topics, name: info}
+        self._registry_dirty = True
+        return info
+
+    def _read_checkpoint(self, path: Path) -> dict[tuple[str, int], int]:
+        try:
+            return OffsetCheckpointFile(path).read()
+        except (CorruptCheckpointError, OSError) as e:
+            # Kafka: warn and start from scratch (full recovery, segment base offsets).
+            log.warning("ignoring unreadable checkpoint %s: %s", path, e)
+            return {}
+
+    # ----------------------------------------------------------------- log creation/removal
+
+    def _open_new_logs(self, info: TopicInfo, partitions: Iterable[int]) -> None:
+        logs = dict(self._logs)
+        dirs = dict(self._log_dir_of)
+        try:
+            for p in partitions:
+                d = self._next_log_dir(dirs)
+                path = d / lfu.log_dir_name(info.name, p)
+                if path.exists():  # leftovers of a topic whose registry entry was lost
+                    self._rename_for_delete(path, info.name, p)
+                try:
+                    lg = Log.open(
+                        path,
+                        info.config,
+                        topic_id=info.topic_id,
+                        had_clean_shutdown=True,
+                        time_ms=self._time_ms,
+                    )
+                except OSError as e:
+                    raise self._storage_error(e, path, "create log") from e
+                logs[(info.name, p)] = lg
+                dirs[(info.name, p)] = d
+        finally:
+            self._logs = logs
+            self._log_dir_of = dirs
+
+    def _drop_logs(self, topic: str, partitions: Iterable[int]) -> None:
+        """Close the logs and rename their dirs for background deletion."""
+        logs = dict(self._logs)
+        dirs = dict(self._log_dir_of)
+        error: KafkaStorageError | None = None
+        for p in partitions:
+            lg = logs.pop((topic, p), None)
+            d = dirs.pop((topic, p), None)
+            if lg is None or d is None:
+                continue
+            try:
+                lg.close()
+            except OSError as e:
+                log.warning("closing %s before deleting it: %s", lg.dir, e)
+            try:
+                self._rename_for_delete(lg.dir, topic, p)
+            except KafkaStorageError as e:
+                error = e
+        self._logs = logs
+        self._log_dir_of = dirs
+        if error is not None:
+            raise error
+
+    def _rename_for_delete(self, path: Path, topic: str, partition: int) -> None:
+        target = path.with_name(_delete_dir_name(topic, partition))
+        try:
+            path.rename(target)
+            lfu.fsync_dir(path.parent)
+        except OSError as e:
+            raise self._storage_error(e, path, "rename for deletion") from e
+        with self._lock:
+            self._to_delete.append(target)
+
+    def _next_log_dir(self, dirs: Mapping[tuple[str, int], Path] | None = None) -> Path:
+        """The online log dir with the fewest partitions (Kafka's choice), first on ties."""
+        counts = {d: 0 for d in self._log_dirs if d not in self._offline_dirs}
+        if not counts:
+            raise KafkaStorageError("every log dir is offline")
+        for d in (self._log_dir_of if dirs is None else dirs).values():
+            if d in counts:
+                counts[d] += 1
+        return min(counts, key=lambda d: counts[d])
+
+    # ----------------------------------------------------------------- helpers
+
+    def _topic_config(self, configs: Mapping[str, str]) -> LogConfig:
+        try:
+            config = self._default_config.with_overrides(configs)
+            self._check_topic_config(config)
+        except ConfigError as e:
+            raise InvalidConfig(str(e)) from None
+        return config
+
+    def _check_topic_config(self, config: LogConfig) -> None:
+        if config.remote_storage_enable and not self._remote_storage_enabled:
+            raise ConfigError(
+                "remote.storage.enable",
+                "cannot be true when the broker has remote.log.storage.system.enable=false",
+            )
+
+    def _check_started(self) -> None:
+        if not self._started:
+            raise RuntimeError("LogManager is not started")
+
+    def _write_checkpoints(self, *, recovery: bool, start: bool) -> None:
+        with self._checkpoint_lock:
+            logs = self._logs
+            dirs = self._log_dir_of
+            for d in self._log_dirs:
+                if d in self._offline_dirs:
+                    continue
+                mine = {tp: lg for tp, lg in logs.items() if dirs.get(tp) == d}
+                try:
+                    if recovery:
+                        OffsetCheckpointFile(d / lfu.RECOVERY_POINT_CHECKPOINT_FILENAME).write(
+                            {tp: lg.recovery_point for tp, lg in mine.items()}
+                        )
+                    if start:
+                        OffsetCheckpointFile(d / lfu.LOG_START_OFFSET_CHECKPOINT_FILENAME).write(
+                            {tp: lg.log_start_offset for tp, lg in mine.items()}
+                        )
+                except OSError as e:
+                    self._storage_error(e, d, "write checkpoints in")
+
+    def _storage_error(self, e: OSError, path: Path, action: str) -> KafkaStorageError:
+        """Kafka's ``maybeHandleIOException``: log, mark the log dir offline, wrap the error."""
+        for d in self._log_dirs:
+            if path == d or d in path.parents:
+                if d not in self._offline_dirs and self._started:
+                    log.error("marking log dir %s offline after: %s", d, e)
+                    self._offline_dirs.add(d)
+                break
+        return KafkaStorageError(f"cannot {action} {path}: {e.strerror or e}")
+
+
+def _parse_simple_properties(text: str) -> dict[str, str]:
+    """``key=value`` lines of a meta.properties file (comments skipped)."""
+    props: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        key, sep, value = line.partition("=")
+        if sep:
+            props[key.strip()] = value.strip()
+    return props

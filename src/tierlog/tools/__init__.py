@@ -1,0 +1,1 @@
+"""Command-line tools behind ``tierlog``'s subcommands (``dump-log``, ...)."""
