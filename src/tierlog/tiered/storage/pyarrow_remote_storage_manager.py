@@ -1,0 +1,395 @@
+"""One RemoteStorageManager for every pyarrow.fs scheme: file://, s3://, gs://, hdfs://, ...
+
+Per segment it writes two objects (formats in :mod:`segment_objects`): the ``.log`` data
+object first, the ``.indexes`` object LAST. A segment is complete iff its ``.indexes`` object
+exists, so a crash mid-upload leaves at most a ``.log`` without ``.indexes`` (found by
+``remote verify``, removed by the delete that follows the dangling COPY_SEGMENT_STARTED).
+Deletion removes ``.indexes`` first for the same reason.
+
+No partial object is ever visible under a final name: on S3 and GCS an object appears only
+when its (multipart) upload completes; on every other filesystem (local, HDFS) we write
+``<name>.tmp``, fsync it (local), then rename it into place, then fsync the directory.
+
+Remote requests: :meth:`fetch_indexes` reads the whole ``.indexes`` object with one GET;
+:meth:`fetch_log_segment` reads one byte range of the ``.log`` object with one ranged GET.
+(pyarrow's S3 client sends a HEAD before every object read to learn its size; its Python API
+has no way to pass a known size. So an S3 read is HEAD + one GET.)
+
+Thread-safe: pyarrow filesystems are; the chunk-index cache has a lock.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from array import array
+from collections import OrderedDict
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import cramjam
+import pyarrow
+import pyarrow.fs as pafs
+
+from tierlog.errors import ConfigError
+from tierlog.tiered.remote_log_segment_metadata import RemoteLogSegmentMetadata
+from tierlog.tiered.storage.remote_storage_manager import (
+    ALL_INDEX_TYPES,
+    IndexType,
+    LogSegmentData,
+    RemoteStorageManager,
+    map_exceptions,
+)
+from tierlog.tiered.storage.segment_objects import (
+    INDEXES_SUFFIX,
+    LOG_SUFFIX,
+    ChunkIndex,
+    IndexesObject,
+    segment_is_compressed,
+    segment_object_prefix,
+)
+
+COMPRESSIONS = ("none", "zstd")
+DEFAULT_CHUNK_SIZE = 1 << 20
+_COPY_BLOCK = 8 << 20
+_ZSTD_LEVEL = 3
+
+#: ``rsm.config.*`` keys (prefix stripped) that ``from_config`` takes.
+CONFIG_KEYS = (
+    "uri",
+    "s3.endpoint",
+    "s3.region",
+    "s3.access.key",
+    "s3.secret.key",
+    "compression",
+    "compression.chunk.size",
+    "connect.timeout.ms",
+    "request.timeout.ms",
+    "retry.max.attempts",
+)
+
+_PYARROW_ERRORS: tuple[type[BaseException], ...] = (pyarrow.ArrowException,)
+
+
+def _s3_filesystem(
+    *,
+    endpoint: str | None,
+    region: str | None,
+    access_key: str | None,
+    secret_key: str | None,
+    connect_timeout: float,
+    request_timeout: float,
+    retry_attempts: int,
+) -> pafs.S3FileSystem:
+    kwargs: dict[str, Any] = {
+        "connect_timeout": connect_timeout,
+        "request_timeout": request_timeout,
+        "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=retry_attempts),
+    }
+    if region:
+        kwargs["region"] = region
+    if access_key is not None or secret_key is not None:
+        if not (access_key and secret_key):
+            raise ConfigError("s3.access.key", "s3.access.key and s3.secret.key go together")
+        kwargs["access_key"] = access_key
+        kwargs["secret_key"] = secret_key
+    if endpoint:
+        parsed = urlparse(endpoint if "://" in endpoint else f"https://{endpoint}")
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise ConfigError("s3.endpoint", f"expected http(s)://host:port, got {endpoint!r}")
+        kwargs["endpoint_override"] = parsed.netloc
+        kwargs["scheme"] = parsed.scheme
+    return pafs.S3FileSystem(**kwargs)
+
+
+class PyArrowRemoteStorageManager(RemoteStorageManager):
+    """Remote storage on any pyarrow filesystem (see the module docstring).
+
+    ``uri`` is ``file:///abs/dir``, ``s3://bucket/prefix`` or any URI pyarrow understands.
+    S3 options apply to ``s3://`` only; ``filesystem`` overrides the filesystem pyarrow
+    would pick (the URI's path is still the root). ``compression='zstd'`` compresses data
+    objects whose batches are not compressed yet, in ``chunk_size`` chunks.
+
+    Copy and delete are idempotent. Thread-safe.
+
+    Raises:
+        ConfigError: unknown compression, bad endpoint, half the credentials, bad URI.
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        *,
+        endpoint: str | None = None,
+        region: str | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+        compression: str = "none",
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        connect_timeout: float = 5.0,
+        request_timeout: float = 30.0,
+        retry_attempts: int = 3,
+        filesystem: pafs.FileSystem | None = None,
+        chunk_index_cache_entries: int = 4096,
+    ) -> None:
+        if compression not in COMPRESSIONS:
+            raise ConfigError("compression", f"must be one of {COMPRESSIONS}, got {compression!r}")
+        if chunk_size <= 0 or chunk_size >= 1 << 32:
+            raise ConfigError("compression.chunk.size", f"out of range: {chunk_size}")
+        self.uri = uri
+        self.compression = compression
+        self.chunk_size = chunk_size
+        parsed = urlparse(uri)
+        fs: pafs.FileSystem
+        if filesystem is not None:
+            fs, root = (
+                filesystem,
+                (parsed.netloc + parsed.path if parsed.scheme != "file" else parsed.path),
+            )
+        elif parsed.scheme == "file":
+            if not parsed.path.startswith("/"):
+                raise ConfigError("uri", f"file URI needs an absolute path: {uri!r}")
+            fs, root = pafs.LocalFileSystem(), parsed.path
+        elif parsed.scheme == "s3":
+            if not parsed.netloc:
+                raise ConfigError("uri", f"s3 URI needs a bucket: {uri!r}")
+            fs = _s3_filesystem(
+                endpoint=endpoint,
+                region=region,
+                access_key=access_key,
+                secret_key=secret_key,
+                connect_timeout=connect_timeout,
+                request_timeout=request_timeout,
+                retry_attempts=retry_attempts,
+            )
+            root = parsed.netloc + parsed.path
+        else:
+            try:
+                fs, root = pafs.FileSystem.from_uri(uri)
+            except (pyarrow.ArrowException, ValueError) as e:
+                raise ConfigError("uri", f"{uri!r}: {e}") from e
+        self._fs = fs
+        self._root = root.rstrip("/")
+        self._local = isinstance(fs, pafs.LocalFileSystem)
+        # object stores publish an object atomically when its upload completes
+        self._atomic_put = fs.type_name in ("s3", "gcs")
+        if self._local:
+            Path(self._root).mkdir(parents=True, exist_ok=True)
+        self._chunk_lock = threading.Lock()
+        self._chunk_cache: OrderedDict[Any, ChunkIndex | None] = OrderedDict()
+        self._chunk_cache_entries = chunk_index_cache_entries
+
+    @classmethod
+    def from_config(cls, configs: Mapping[str, str]) -> PyArrowRemoteStorageManager:
+        """Build from ``rsm.config.*`` values (prefix stripped).
+
+        Raises:
+            ConfigError: an unknown key, a missing ``uri`` or a bad value.
+        """
+        for key in configs:
+            if key not in CONFIG_KEYS:
+                raise ConfigError(
+                    f"rsm.config.{key}", f"unknown key (known: {', '.join(CONFIG_KEYS)})"
+                )
+        if "uri" not in configs:
+            raise ConfigError("rsm.config.uri", "required")
+
+        def num(key: str, default: float) -> float:
+            try:
+                return float(configs[key]) if key in configs else default
+            except ValueError:
+                raise ConfigError(f"rsm.config.{key}", f"not a number: {configs[key]!r}") from None
+
+        return cls(
+            configs["uri"],
+            endpoint=configs.get("s3.endpoint"),
+            region=configs.get("s3.region"),
+            access_key=configs.get("s3.access.key"),
+            secret_key=configs.get("s3.secret.key"),
+            compression=configs.get("compression", "none"),
+            chunk_size=int(num("compression.chunk.size", DEFAULT_CHUNK_SIZE)),
+            connect_timeout=num("connect.timeout.ms", 5000) / 1000,
+            request_timeout=num("request.timeout.ms", 30000) / 1000,
+            retry_attempts=int(num("retry.max.attempts", 3)),
+        )
+
+    # ------------------------------------------------------------------ names
+
+    @property
+    def filesystem(self) -> pafs.FileSystem:
+        return self._fs
+
+    def object_path(self, metadata: RemoteLogSegmentMetadata, suffix: str) -> str:
+        """Filesystem path of a segment object (``suffix``: ``.log`` or ``.indexes``)."""
+        return f"{self._root}/{segment_object_prefix(metadata)}{suffix}"
+
+    def _what(self, op: str, path: str) -> str:
+        scheme = urlparse(self.uri).scheme or "file"
+        return f"{op} {scheme}://{path}"
+
+    # ------------------------------------------------------------------ writing
+
+    def _write(self, path: str, parts: Any) -> None:
+        """Write an object from an iterable of byte blocks, never exposing a partial one."""
+        if self._atomic_put:
+            with self._fs.open_output_stream(path) as out:
+                for block in parts:
+                    out.write(block)
+            return
+        parent = path.rsplit("/", 1)[0]
+        self._fs.create_dir(parent, recursive=True)
+        tmp = f"{path}.tmp"
+        if self._local:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                for block in parts:
+                    view = memoryview(block)
+                    while view:
+                        view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            Path(tmp).replace(path)
+            dfd = os.open(parent, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        else:
+            with self._fs.open_output_stream(tmp) as out:
+                for block in parts:
+                    out.write(block)
+            self._fs.move(tmp, path)
+
+    @staticmethod
+    def _file_blocks(path: Path) -> Any:
+        with open(path, "rb") as f:
+            while block := f.read(_COPY_BLOCK):
+                yield block
+
+    def _compressed_blocks(self, path: Path, positions: list[int]) -> Any:
+        with open(path, "rb") as f:
+            while chunk := f.read(self.chunk_size):
+                out = bytes(cramjam.zstd.compress(chunk, level=_ZSTD_LEVEL))
+                positions.append(positions[-1] + len(out))
+                yield out
+
+    def copy_log_segment_data(
+        self, metadata: RemoteLogSegmentMetadata, segment_data: LogSegmentData
+    ) -> bytes | None:
+        log_path = self.object_path(metadata, LOG_SUFFIX)
+        idx_path = self.object_path(metadata, INDEXES_SUFFIX)
+        with map_exceptions(self._what("copy segment to", log_path), _PYARROW_ERRORS):
+            chunk_index = None
+            if self.compression == "zstd" and not segment_is_compressed(segment_data.log_segment):
+                positions = [0]
+                self._write(log_path, self._compressed_blocks(segment_data.log_segment, positions))
+                size = segment_data.log_segment.stat().st_size
+                chunk_index = ChunkIndex(size, self.chunk_size, array("Q", positions))
+            else:
+                self._write(log_path, self._file_blocks(segment_data.log_segment))
+        with map_exceptions(self._what("copy indexes to", idx_path), _PYARROW_ERRORS):
+            indexes = {
+                IndexType.OFFSET: segment_data.offset_index.read_bytes(),
+                IndexType.TIMESTAMP: segment_data.time_index.read_bytes(),
+                IndexType.PRODUCER_SNAPSHOT: segment_data.producer_snapshot_index.read_bytes(),
+                IndexType.LEADER_EPOCH: bytes(segment_data.leader_epoch_index),
+            }
+            if segment_data.transaction_index is not None:
+                indexes[IndexType.TRANSACTION] = segment_data.transaction_index.read_bytes()
+            self._write(idx_path, [IndexesObject(indexes, chunk_index).encode()])
+        self._remember_chunks(metadata, chunk_index)
+        return None
+
+    # ------------------------------------------------------------------ reading
+
+    def _remember_chunks(self, metadata: RemoteLogSegmentMetadata, ci: ChunkIndex | None) -> None:
+        key = metadata.remote_log_segment_id
+        with self._chunk_lock:
+            self._chunk_cache[key] = ci
+            self._chunk_cache.move_to_end(key)
+            while len(self._chunk_cache) > self._chunk_cache_entries:
+                self._chunk_cache.popitem(last=False)
+
+    def _read_indexes_object(self, metadata: RemoteLogSegmentMetadata) -> IndexesObject:
+        path = self.object_path(metadata, INDEXES_SUFFIX)
+        with map_exceptions(self._what("fetch indexes from", path), _PYARROW_ERRORS):
+            with self._fs.open_input_stream(path, compression=None) as f:
+                data = f.read()
+            obj = IndexesObject.decode(data)
+        self._remember_chunks(metadata, obj.chunk_index)
+        return obj
+
+    def fetch_indexes(
+        self,
+        metadata: RemoteLogSegmentMetadata,
+        index_types: Collection[IndexType] = ALL_INDEX_TYPES,
+    ) -> dict[IndexType, bytes]:
+        obj = self._read_indexes_object(metadata)
+        return {t: obj.indexes[t] for t in index_types if t in obj.indexes}
+
+    def _chunk_index(self, metadata: RemoteLogSegmentMetadata) -> ChunkIndex | None:
+        key = metadata.remote_log_segment_id
+        with self._chunk_lock:
+            if key in self._chunk_cache:
+                self._chunk_cache.move_to_end(key)
+                return self._chunk_cache[key]
+        # Unknown layout (first read of this segment since start, without fetch_indexes):
+        # the indexes object says whether the data is chunked. The read path fetches indexes
+        # first, so this extra GET is rare.
+        return self._read_indexes_object(metadata).chunk_index
+
+    def fetch_log_segment(
+        self,
+        metadata: RemoteLogSegmentMetadata,
+        start_position: int,
+        end_position: int | None = None,
+    ) -> bytes:
+        if start_position < 0 or (end_position is not None and end_position < start_position):
+            raise ValueError(f"bad segment range [{start_position}, {end_position}]")
+        chunks = self._chunk_index(metadata)
+        path = self.object_path(metadata, LOG_SUFFIX)
+        with map_exceptions(self._what("fetch segment from", path), _PYARROW_ERRORS):
+            with self._fs.open_input_file(path) as f:
+                if chunks is None:
+                    size = f.size()
+                    end = size - 1 if end_position is None else min(end_position, size - 1)
+                    if start_position > end:
+                        return b""
+                    return bytes(f.read_at(end - start_position + 1, start_position))
+                size = chunks.original_size
+                end = size - 1 if end_position is None else min(end_position, size - 1)
+                if start_position > end:
+                    return b""
+                first, lo, hi = chunks.object_range(start_position, end)
+                raw = bytes(f.read_at(hi - lo, lo))
+            out = bytearray()
+            pos = chunks.positions
+            for c in range(first, end // chunks.chunk_size + 1):
+                out += bytes(cramjam.zstd.decompress(raw[pos[c] - lo : pos[c + 1] - lo]))
+            base = first * chunks.chunk_size
+            return bytes(out[start_position - base : end - base + 1])
+
+    # ------------------------------------------------------------------ deleting
+
+    def delete_log_segment_data(self, metadata: RemoteLogSegmentMetadata) -> None:
+        for suffix in (INDEXES_SUFFIX, LOG_SUFFIX):  # indexes first: marks it incomplete
+            path = self.object_path(metadata, suffix)
+            targets = [path] if self._atomic_put else [path, f"{path}.tmp"]
+            for target in targets:
+                with map_exceptions(self._what("delete", target), _PYARROW_ERRORS):
+                    try:
+                        self._fs.delete_file(target)
+                    except FileNotFoundError:
+                        pass
+        with self._chunk_lock:
+            self._chunk_cache.pop(metadata.remote_log_segment_id, None)
+
+    def close(self) -> None:
+        with self._chunk_lock:
+            self._chunk_cache.clear()
+
+
+__all__ = ["COMPRESSIONS", "CONFIG_KEYS", "DEFAULT_CHUNK_SIZE", "PyArrowRemoteStorageManager"]
