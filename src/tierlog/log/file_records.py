@@ -1,0 +1,345 @@
+"""Kafka's ``FileRecords``: the ``.log`` file of one segment, a plain sequence of record batches.
+
+File format (``<20-digit base offset>.log``): record batches (magic 2) back to back, exactly as
+they arrived on the wire after the broker patched baseOffset and partitionLeaderEpoch; no
+file header, no padding. A preallocated file (``preallocate=true``) is zero-filled past
+:meth:`FileRecords.size_in_bytes` until it is trimmed on roll or close.
+
+The file is accessed through a raw file descriptor with positional I/O (``os.pwrite``,
+``os.pread``, ``os.preadv``), so concurrent readers never share a file position.
+
+Deletion while reading (the copy-on-write segment list of the seed): a segment removed from
+the log is unlinked at once, but its descriptor stays open for as long as any reader still
+references this object -- POSIX keeps an unlinked file readable through open descriptors.
+A ``weakref.finalize`` closes the descriptor when the last reference goes away. Only an
+explicit :meth:`FileRecords.close` (log shutdown) closes it early.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import weakref
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+from tierlog.records.record_batch import (
+    HEADER_STRUCT,
+    LOG_OVERHEAD,
+    RECORD_BATCH_OVERHEAD,
+    RecordBatchHeader,
+)
+
+#: Smallest legal batchLength (a batch with no records).
+MIN_BATCH_LENGTH = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD
+
+#: Bytes read per ``pread`` while scanning batch headers. One read usually covers every
+#: header between two offset-index entries (``index.interval.bytes`` = 4096 by default).
+SCAN_BUFFER_SIZE = 8192
+
+# baseOffset, batchLength, (11 bytes: epoch, magic, crc, attributes), lastOffsetDelta:
+# the three fields an offset search needs, in one unpack.
+_OFFSET_SEARCH = struct.Struct(">qi11xi")
+_OPEN_FLAGS = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+
+
+class LogOffsetPosition(NamedTuple):
+    """Kafka's ``LogOffsetPosition``: a batch's last offset, byte position and size."""
+
+    offset: int
+    position: int
+    size: int
+
+
+class TimestampAndOffset(NamedTuple):
+    """Kafka's ``FileRecords.TimestampAndOffset`` (without the leader epoch)."""
+
+    timestamp: int
+    offset: int
+
+
+def _close_fd(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+class FileRecords:
+    """The record batches of one ``.log`` file.
+
+    Thread-safety: one writer (the owning log serialises appends, truncations and renames);
+    any number of concurrent readers. Readers see a prefix of the file: the size is published
+    after the bytes are written. Not idempotent: appending twice writes twice.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        file_already_exists: bool = False,
+        init_file_size: int = 0,
+        preallocate: bool = False,
+    ) -> None:
+        """Open ``path``; a new file is created (and truncated when it was left over).
+
+        With ``preallocate`` a new file is extended (sparsely) to ``init_file_size`` and the
+        records start empty. An existing file is taken whole: recovery or the caller trims
+        a zero-filled tail.
+
+        Raises:
+            OSError: the file could not be opened or created.
+        """
+        self._path = Path(path)
+        flags = _OPEN_FLAGS if file_already_exists else _OPEN_FLAGS | os.O_TRUNC
+        fd = os.open(self._path, flags, 0o644)
+        try:
+            if preallocate and not file_already_exists and init_file_size > 0:
+                os.ftruncate(fd, init_file_size)
+                size = 0
+            else:
+                size = os.fstat(fd).st_size
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        self._size = size
+        self._closed = False
+        self._finalizer = weakref.finalize(self, _close_fd, fd)
+
+    # ------------------------------------------------------------------ accessors
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def file(self) -> Path:
+        """Kafka's name for :attr:`path`."""
+        return self._path
+
+    @property
+    def fd(self) -> int:
+        """The descriptor (valid while this object is referenced and not closed)."""
+        return self._fd
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def size_in_bytes(self) -> int:
+        """Bytes of record batches (a preallocated tail is not counted)."""
+        return self._size
+
+    def file_length(self) -> int:
+        """The length of the file on disk, preallocated tail included."""
+        return os.fstat(self._fd).st_size
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __repr__(self) -> str:
+        return f"FileRecords(path={str(self._path)!r}, size={self._size})"
+
+    # ------------------------------------------------------------------ writes
+
+    def append(self, data: bytes | bytearray | memoryview) -> int:
+        """Write ``data`` at the end; returns the number of bytes written.
+
+        Raises:
+            OSError: the write failed (the size is then unchanged; a partial write may be
+                left past it and is overwritten by the next append).
+        """
+        n = data.nbytes if isinstance(data, memoryview) else len(data)
+        if n == 0:
+            return 0
+        fd = self._fd
+        pos = self._size
+        written = os.pwrite(fd, data, pos)
+        if written < n:
+            with memoryview(data) as view:
+                while written < n:
+                    written += os.pwrite(fd, view[written:], pos + written)
+        self._size = pos + n
+        return n
+
+    def flush(self) -> None:
+        """fsync the file (Kafka's ``channel.force(true)``)."""
+        os.fsync(self._fd)
+
+    def truncate_to(self, target_size: int) -> int:
+        """Cut the file to ``target_size`` bytes; returns the number of record bytes removed.
+
+        Also cuts a preallocated tail when ``target_size`` equals the current size.
+
+        Raises:
+            ValueError: ``target_size`` is negative or larger than the current size.
+            OSError: the truncation failed.
+        """
+        original = self._size
+        if target_size < 0 or target_size > original:
+            raise ValueError(
+                f"attempt to truncate {self._path} to {target_size} bytes failed: "
+                f"size of this file is {original} bytes"
+            )
+        if target_size < self.file_length():
+            os.ftruncate(self._fd, target_size)
+        self._size = target_size
+        return original - target_size
+
+    def trim(self) -> None:
+        """Cut a preallocated tail off the file."""
+        self.truncate_to(self._size)
+
+    def close(self) -> None:
+        """Flush, trim and close the descriptor. Idempotent.
+
+        Only for shutdown: a reader still holding this object afterwards gets ``OSError``.
+        """
+        if self._closed:
+            return
+        self.flush()
+        self.trim()
+        self.close_handlers()
+
+    def close_handlers(self) -> None:
+        """Close the descriptor without flushing or trimming. Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._finalizer()
+
+    def rename_to(self, path: Path) -> None:
+        """Rename the file; the descriptor stays valid.
+
+        Raises:
+            OSError: the rename failed (the object then refers to ``path`` anyway, as Kafka's).
+        """
+        path = Path(path)
+        try:
+            self._path.replace(path)
+        finally:
+            self._path = path
+
+    def update_parent_dir(self, parent_dir: Path) -> None:
+        """Point at the same file name in ``parent_dir`` (after the directory was renamed)."""
+        self._path = Path(parent_dir) / self._path.name
+
+    def delete_if_exists(self) -> bool:
+        """Unlink the file; False when it did not exist.
+
+        The descriptor is *not* closed: readers holding this object keep reading the
+        unlinked file; the finalizer closes it once they are done.
+        """
+        try:
+            self._path.unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+    # ------------------------------------------------------------------ reads
+
+    def read(self, position: int, size: int) -> bytes:
+        """Up to ``size`` bytes from ``position``, never past :meth:`size_in_bytes`."""
+        end = min(position + size, self._size)
+        if end <= position:
+            return b""
+        return os.pread(self._fd, end - position, position)
+
+    def read_into(self, buffer: memoryview, position: int) -> int:
+        """Fill ``buffer`` from ``position`` (bounded by the size); returns the bytes read."""
+        n = min(buffer.nbytes, self._size - position)
+        if n <= 0:
+            return 0
+        view = buffer[:n] if n < buffer.nbytes else buffer
+        got = os.preadv(self._fd, [view], position)
+        while 0 < got < n:
+            more = os.preadv(self._fd, [view[got:]], position + got)
+            if more == 0:
+                break
+            got += more
+        return got
+
+    def batches_from(
+        self, start: int = 0, end: int | None = None, *, buffer_size: int = SCAN_BUFFER_SIZE
+    ) -> Iterator[RecordBatchHeader]:
+        """Headers of the complete batches from byte ``start`` up to ``end`` (default: size).
+
+        Positions in the headers are absolute in the file. Stops at a trailing partial batch
+        or at a header whose length is impossible (the tail of a torn write); CRCs are not
+        checked. Reads ``buffer_size`` bytes at a time, so closely packed small batches cost
+        one system call per buffer, not per batch.
+        """
+        limit = self._size if end is None else min(end, self._size)
+        pos = start
+        fd = self._fd
+        unpack = HEADER_STRUCT.unpack_from
+        while limit - pos >= RECORD_BATCH_OVERHEAD:
+            chunk = os.pread(fd, min(buffer_size, limit - pos), pos)
+            available = len(chunk)
+            if available < RECORD_BATCH_OVERHEAD:
+                return  # truncated under us
+            off = 0
+            while available - off >= RECORD_BATCH_OVERHEAD:
+                fields = unpack(chunk, off)
+                length = fields[1]
+                if length < MIN_BATCH_LENGTH or pos + off + length + LOG_OVERHEAD > limit:
+                    return
+                yield RecordBatchHeader(pos + off, *fields)
+                off += length + LOG_OVERHEAD
+            pos += off
+
+    def search_for_offset_from_position(
+        self, target_offset: int, starting_position: int, end: int | None = None
+    ) -> LogOffsetPosition | None:
+        """The first batch at or after ``starting_position`` whose last offset >= target.
+
+        Returns (its last offset, its position, its size), or None when no such batch exists
+        before ``end`` (default: the size). Kafka's ``searchForOffsetWithSize``.
+        """
+        limit = self._size if end is None else min(end, self._size)
+        pos = starting_position
+        fd = self._fd
+        unpack = _OFFSET_SEARCH.unpack_from
+        overhead = RECORD_BATCH_OVERHEAD
+        read_size = SCAN_BUFFER_SIZE
+        while limit - pos >= overhead:
+            chunk = os.pread(fd, min(read_size, limit - pos), pos)
+            available = len(chunk)
+            if available < overhead:
+                return None
+            off = 0
+            size = 0
+            while available - off >= overhead:
+                base_offset, length, last_offset_delta = unpack(chunk, off)
+                size = length + LOG_OVERHEAD
+                if length < MIN_BATCH_LENGTH or pos + off + size > limit:
+                    return None
+                last_offset = base_offset + last_offset_delta
+                if last_offset >= target_offset:
+                    return LogOffsetPosition(last_offset, pos + off, size)
+                off += size
+            pos += off
+            # Big batches: read just the next header instead of a buffer mostly skipped.
+            read_size = SCAN_BUFFER_SIZE if size < SCAN_BUFFER_SIZE // 2 else overhead
+        return None
+
+    def search_for_timestamp(
+        self, target_timestamp: int, starting_position: int, starting_offset: int
+    ) -> RecordBatchHeader | None:
+        """The first batch from ``starting_position`` with maxTimestamp >= target that holds
+        an offset >= ``starting_offset``; the caller looks inside it for the exact record."""
+        for header in self.batches_from(starting_position):
+            if header.max_timestamp >= target_timestamp and header.last_offset >= starting_offset:
+                return header
+        return None
+
+    def largest_timestamp_after(self, starting_position: int) -> TimestampAndOffset:
+        """The largest batch maxTimestamp from ``starting_position`` on, with the last offset
+        of its batch; (-1, -1) when there is none."""
+        max_timestamp = -1
+        offset = -1
+        for header in self.batches_from(starting_position):
+            if header.max_timestamp > max_timestamp:
+                max_timestamp = header.max_timestamp
+                offset = header.last_offset
+        return TimestampAndOffset(max_timestamp, offset)
