@@ -351,9 +351,7 @@ class LogConfig:
             if topic_name is not None:
                 values[topic_name] = parse_value(topic_name, raw)
                 from_broker.add(topic_name)
-        return cls(
-            values, frozenset(), frozenset(from_broker), {n: values[n] for n in from_broker}
-        )
+        return cls(values, frozenset(), frozenset(from_broker), {n: values[n] for n in from_broker})
 
     def with_overrides(
         self, overrides: Mapping[str, object], *, replace: bool = False
