@@ -82,6 +82,7 @@ from tierlog.records.record_batch import (
 __all__ = [
     "EARLIEST_LOCAL_TIMESTAMP",
     "EARLIEST_TIMESTAMP",
+    "LATEST_TIERED_TIMESTAMP",
     "LATEST_TIMESTAMP",
     "MAX_TIMESTAMP",
     "FetchDataInfo",
@@ -97,6 +98,7 @@ LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
 #: DeleteRecords: delete up to the high watermark.
 DELETE_TO_HIGH_WATERMARK = -1
 
@@ -261,6 +263,9 @@ class Log:
 
         #: Tiered storage gates local deletion on the remote copy state; None allows all.
         self.can_delete_local_segment: Callable[[LogSegment], bool] | None = None
+        #: Tiered storage: highest offset copied to remote storage (-1: none), advanced by the
+        #: RemoteLogManager. Gates local deletion (see _is_segment_eligible_for_deletion).
+        self._highest_offset_in_remote_storage = -1
 
         # Background flush of rolled segments (Kafka schedules "flush-log" on roll).
         self._flusher: threading.Thread | None = None
@@ -432,6 +437,26 @@ class Log:
     @property
     def remote_log_enabled(self) -> bool:
         return self._config.remote_storage_enable
+
+    @property
+    def remote_log_copy_enabled(self) -> bool:
+        """Remote storage on and copying not disabled (Kafka's
+        ``remoteLogEnabledAndRemoteCopyEnabled``): local retention applies to local segments
+        and deleting them moves only the local log start offset. With
+        ``remote.log.copy.disable`` the total retention applies locally, as without tiering."""
+        return self._config.remote_storage_enable and not self._config.get(
+            "remote.log.copy.disable"
+        )
+
+    @property
+    def highest_offset_in_remote_storage(self) -> int:
+        """Highest offset copied to remote storage, -1 when none (ListOffsets -5)."""
+        return self._highest_offset_in_remote_storage
+
+    def update_highest_offset_in_remote_storage(self, offset: int) -> None:
+        """Record that offsets up to ``offset`` are in remote storage (only ever grows)."""
+        if self.remote_log_enabled and offset > self._highest_offset_in_remote_storage:
+            self._highest_offset_in_remote_storage = offset
 
     @property
     def closed(self) -> bool:
@@ -812,6 +837,9 @@ class Log:
             return TimestampOffset(NO_TIMESTAMP, self._local_log_start_offset)
         if target_timestamp == LATEST_TIMESTAMP:
             return TimestampOffset(NO_TIMESTAMP, self._leo.offset)
+        if target_timestamp == LATEST_TIERED_TIMESTAMP:
+            tiered = self._highest_offset_in_remote_storage if self.remote_log_enabled else -1
+            return TimestampOffset(NO_TIMESTAMP, tiered)
         segments = self._segments.values()
         if target_timestamp == MAX_TIMESTAMP:
             best: LogSegment | None = None
@@ -959,7 +987,9 @@ class Log:
 
     def _delete_retention_ms_breached_segments(self, now: int) -> int:
         config = self._config
-        retention_ms = config.local_retention_ms if self.remote_log_enabled else config.retention_ms
+        retention_ms = (
+            config.local_retention_ms if self.remote_log_copy_enabled else config.retention_ms
+        )
         if retention_ms < 0:
             return 0
         return self._delete_segments(
@@ -970,7 +1000,7 @@ class Log:
     def _delete_retention_size_breached_segments(self) -> int:
         config = self._config
         retention_size = (
-            config.local_retention_bytes if self.remote_log_enabled else config.retention_size
+            config.local_retention_bytes if self.remote_log_copy_enabled else config.retention_size
         )
         size = self._segments.size_in_bytes()
         if retention_size < 0 or size < retention_size:
@@ -987,7 +1017,9 @@ class Log:
         return self._delete_segments(should_delete, f"retention size {retention_size} breach")
 
     def _delete_log_start_offset_breached_segments(self) -> int:
-        bound = self._local_log_start_offset if self.remote_log_enabled else self._log_start_offset
+        bound = (
+            self._local_log_start_offset if self.remote_log_copy_enabled else self._log_start_offset
+        )
         return self._delete_segments(
             lambda _segment, next_segment: (
                 next_segment is not None and next_segment.base_offset <= bound
@@ -1026,6 +1058,7 @@ class Log:
         leo = self._leo.offset
         high_watermark = self._high_watermark
         hook = self.can_delete_local_segment
+        tiered = self.remote_log_copy_enabled
         deletable: list[LogSegment] = []
         should_roll = False
         for i, segment in enumerate(segments):
@@ -1033,15 +1066,32 @@ class Log:
             upper_bound = next_segment.base_offset if next_segment is not None else leo
             is_last_and_empty = next_segment is None and segment.size == 0
             matched = high_watermark >= upper_bound and predicate(segment, next_segment)
-            if matched and self.remote_log_enabled and next_segment is None and segment.size > 0:
+            if matched and tiered and next_segment is None and segment.size > 0:
                 should_roll = True  # roll so the segment can be copied, then deleted
-            if matched and not is_last_and_empty and (hook is None or hook(segment)):
+            if (
+                matched
+                and not is_last_and_empty
+                and (
+                    not tiered or self._is_segment_eligible_for_deletion(next_segment, upper_bound)
+                )
+                and (hook is None or hook(segment))
+            ):
                 deletable.append(segment)
             else:
                 break
         if should_roll:
             self._roll(None)
         return deletable
+
+    def _is_segment_eligible_for_deletion(
+        self, next_segment: LogSegment | None, upper_bound: int
+    ) -> bool:
+        """Tiered: a local segment goes only once it is in remote storage (its last offset
+        <= the highest offset in remote storage) or below the log start offset (Kafka's
+        ``isSegmentEligibleForDeletion``)."""
+        if upper_bound > 0 and upper_bound - 1 <= self._highest_offset_in_remote_storage:
+            return True
+        return next_segment is not None and self._log_start_offset >= next_segment.base_offset
 
     def _remove_and_delete_segments(self, segments: list[LogSegment]) -> None:
         # Out of the copy-on-write list first: new readers cannot find them any more, and
@@ -1051,7 +1101,7 @@ class Log:
             segment.delete_if_exists()
 
     def _increment_start_offset(self, start_offset: int) -> None:
-        if self.remote_log_enabled:
+        if self.remote_log_copy_enabled:
             if start_offset > self._local_log_start_offset:
                 self._local_log_start_offset = start_offset
         else:

@@ -12,8 +12,11 @@ when its (multipart) upload completes; on every other filesystem (local, HDFS) w
 
 Remote requests: :meth:`fetch_indexes` reads the whole ``.indexes`` object with one GET;
 :meth:`fetch_log_segment` reads one byte range of the ``.log`` object with one ranged GET.
-(pyarrow's S3 client sends a HEAD before every object read to learn its size; its Python API
-has no way to pass a known size. So an S3 read is HEAD + one GET.)
+pyarrow's S3 client would send a HEAD before every object read (its Python API cannot be
+given a known size), so on ``s3://`` with credentials (given, or ``AWS_ACCESS_KEY_ID`` /
+``AWS_SECRET_ACCESS_KEY``) reads go through :class:`S3RangedGetClient` -- one signed GET
+each -- and pyarrow keeps writes, deletes and listings. Without static credentials (instance
+roles, profiles) reads fall back to pyarrow: HEAD + GET.
 
 Thread-safe: pyarrow filesystems are; the chunk-index cache has a lock.
 """
@@ -42,6 +45,7 @@ from tierlog.tiered.storage.remote_storage_manager import (
     RemoteStorageManager,
     map_exceptions,
 )
+from tierlog.tiered.storage.s3_ranged_get import S3Credentials, S3RangedGetClient
 from tierlog.tiered.storage.segment_objects import (
     INDEXES_SUFFIX,
     LOG_SUFFIX,
@@ -143,6 +147,8 @@ class PyArrowRemoteStorageManager(RemoteStorageManager):
         self.chunk_size = chunk_size
         parsed = urlparse(uri)
         fs: pafs.FileSystem
+        #: One signed GET per read on s3:// (None: pyarrow reads, HEAD + GET).
+        self.s3_reader: S3RangedGetClient | None = None
         if filesystem is not None:
             fs, root = (
                 filesystem,
@@ -165,6 +171,23 @@ class PyArrowRemoteStorageManager(RemoteStorageManager):
                 retry_attempts=retry_attempts,
             )
             root = parsed.netloc + parsed.path
+            credentials = (
+                S3Credentials(access_key, secret_key)
+                if access_key and secret_key
+                else S3Credentials.from_environment()
+            )
+            if credentials is not None:
+                self.s3_reader = S3RangedGetClient(
+                    endpoint=endpoint,
+                    region=region
+                    or os.environ.get("AWS_REGION")
+                    or os.environ.get("AWS_DEFAULT_REGION")
+                    or "us-east-1",
+                    credentials=credentials,
+                    connect_timeout=connect_timeout,
+                    request_timeout=request_timeout,
+                    retry_attempts=retry_attempts,
+                )
         else:
             try:
                 fs, root = pafs.FileSystem.from_uri(uri)
@@ -313,11 +336,20 @@ class PyArrowRemoteStorageManager(RemoteStorageManager):
             while len(self._chunk_cache) > self._chunk_cache_entries:
                 self._chunk_cache.popitem(last=False)
 
+    def _s3_get(self, path: str, start: int | None = None, end: int | None = None) -> bytes:
+        """ONE signed GET of ``path`` (``bucket/key``), bytes [start, end] when given."""
+        assert self.s3_reader is not None
+        bucket, _, key = path.partition("/")
+        return self.s3_reader.get(bucket, key, start, end)
+
     def _read_indexes_object(self, metadata: RemoteLogSegmentMetadata) -> IndexesObject:
         path = self.object_path(metadata, INDEXES_SUFFIX)
         with map_exceptions(self._what("fetch indexes from", path), _PYARROW_ERRORS):
-            with self._fs.open_input_stream(path, compression=None) as f:
-                data = f.read()
+            if self.s3_reader is not None:
+                data = self._s3_get(path)
+            else:
+                with self._fs.open_input_stream(path, compression=None) as f:
+                    data = f.read()
             obj = IndexesObject.decode(data)
         self._remember_chunks(metadata, obj.chunk_index)
         return obj
@@ -351,6 +383,17 @@ class PyArrowRemoteStorageManager(RemoteStorageManager):
             raise ValueError(f"bad segment range [{start_position}, {end_position}]")
         chunks = self._chunk_index(metadata)
         path = self.object_path(metadata, LOG_SUFFIX)
+        if self.s3_reader is not None:
+            with map_exceptions(self._what("fetch segment from", path)):
+                if chunks is None:
+                    return self._s3_get(path, start_position, end_position)
+                size = chunks.original_size
+                end = size - 1 if end_position is None else min(end_position, size - 1)
+                if start_position > end:
+                    return b""
+                first, lo, hi = chunks.object_range(start_position, end)
+                raw = self._s3_get(path, lo, hi - 1)
+            return self._decompress_range(raw, chunks, first, lo, start_position, end)
         with map_exceptions(self._what("fetch segment from", path), _PYARROW_ERRORS):
             with self._fs.open_input_file(path) as f:
                 if chunks is None:
@@ -365,12 +408,19 @@ class PyArrowRemoteStorageManager(RemoteStorageManager):
                     return b""
                 first, lo, hi = chunks.object_range(start_position, end)
                 raw = bytes(f.read_at(hi - lo, lo))
-            out = bytearray()
-            pos = chunks.positions
-            for c in range(first, end // chunks.chunk_size + 1):
-                out += bytes(cramjam.zstd.decompress(raw[pos[c] - lo : pos[c + 1] - lo]))
-            base = first * chunks.chunk_size
-            return bytes(out[start_position - base : end - base + 1])
+            return self._decompress_range(raw, chunks, first, lo, start_position, end)
+
+    @staticmethod
+    def _decompress_range(
+        raw: bytes, chunks: ChunkIndex, first: int, lo: int, start: int, end: int
+    ) -> bytes:
+        """Original bytes [start, end] from the compressed chunks ``raw`` (read at ``lo``)."""
+        out = bytearray()
+        pos = chunks.positions
+        for c in range(first, end // chunks.chunk_size + 1):
+            out += bytes(cramjam.zstd.decompress(raw[pos[c] - lo : pos[c + 1] - lo]))
+        base = first * chunks.chunk_size
+        return bytes(out[start - base : end - base + 1])
 
     # ------------------------------------------------------------------ deleting
 
@@ -390,6 +440,8 @@ class PyArrowRemoteStorageManager(RemoteStorageManager):
     def close(self) -> None:
         with self._chunk_lock:
             self._chunk_cache.clear()
+        if self.s3_reader is not None:
+            self.s3_reader.close()
 
 
 __all__ = ["COMPRESSIONS", "CONFIG_KEYS", "DEFAULT_CHUNK_SIZE", "PyArrowRemoteStorageManager"]
