@@ -27,6 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_version(sub)
     _add_serve(sub)
     _add_dump_log(sub)
+    from tierlog.tools.client_cli import add_subcommands  # topics, produce, consume, groups
+
+    add_subcommands(sub)
     return parser
 
 

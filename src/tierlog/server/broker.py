@@ -1,0 +1,208 @@
+"""``tierlog serve``: wiring the broker's parts, startup and clean shutdown.
+
+Startup order: log manager (loads and recovers every log) → ``__consumer_offsets`` → replica
+manager → group coordinator (replays its partitions) → listeners. A line
+``tierlog broker started: node N listening on host:port`` on stderr says it is ready.
+
+Shutdown (SIGTERM, SIGINT/Ctrl-C): stop accepting and close the connections, stop the group
+coordinator (parked joins get NOT_COORDINATOR), wake parked fetches, then the log manager
+flushes every log and writes the checkpoints and the clean-shutdown marker, so the next
+start finds a clean log. A second signal during shutdown is ignored: the flush must finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+from tierlog.errors import TierlogError
+from tierlog.log.log_manager import LogManager
+from tierlog.server.group_coordinator import GroupCoordinator
+from tierlog.server.kafka_apis import BrokerEndpoint, KafkaApis
+from tierlog.server.kafka_config import KafkaConfig
+from tierlog.server.network import SocketServer
+from tierlog.server.offset_store import OffsetStore, ensure_offsets_topic
+from tierlog.server.producer_id_manager import ProducerIdManager
+from tierlog.server.replica_manager import ReplicaManager
+
+__all__ = ["Broker", "main", "run"]
+
+log = logging.getLogger("tierlog.broker")
+
+
+class Broker:
+    """One tierlog node: all parts, started and stopped in order. Not thread-safe."""
+
+    def __init__(self, config: KafkaConfig) -> None:
+        self.config = config
+        self.log_manager: LogManager | None = None
+        self.replica_manager: ReplicaManager | None = None
+        self.group_coordinator: GroupCoordinator | None = None
+        self.apis: KafkaApis | None = None
+        self.server: SocketServer | None = None
+        self.bound: list[tuple[str, int]] = []
+        self._stopped = asyncio.Event()
+        self._shutting_down = False
+
+    async def start(self) -> None:
+        """Start every part; returns once the listeners accept connections.
+
+        Raises:
+            KafkaStorageError, InconsistentLogDirError: the log dirs cannot be used.
+            OSError: a listener cannot bind.
+        """
+        c = self.config
+        t0 = time.monotonic()
+        lm = LogManager(
+            c.log_dirs,
+            c.log_config(),
+            node_id=c.node_id,
+            retention_check_interval_ms=c.log_retention_check_interval_ms,
+            flush_check_interval_ms=c.log_flush_scheduler_interval_ms,
+            flush_recovery_offset_checkpoint_interval_ms=c.log_flush_offset_checkpoint_interval_ms,
+            flush_start_offset_checkpoint_interval_ms=c.log_flush_start_offset_checkpoint_interval_ms,
+            recovery_threads_per_data_dir=c.num_recovery_threads_per_data_dir,
+            remote_log_storage_system_enable=c.remote_log_storage_system_enable,
+        )
+        # Loading logs is blocking file I/O (recovery after a crash): keep the loop free.
+        await asyncio.to_thread(lm.startup)
+        self.log_manager = lm
+        for lg in lm.all_logs():
+            # A single replica: everything in the log is committed.
+            lg.update_high_watermark(lg.log_end_offset)
+        num_offsets = ensure_offsets_topic(
+            lm, c.offsets_topic_num_partitions, c.offsets_topic_segment_bytes
+        )
+        rm = ReplicaManager(lm)
+        self.replica_manager = rm
+        gc = GroupCoordinator(
+            OffsetStore(rm),
+            initial_rebalance_delay_ms=c.group_initial_rebalance_delay_ms,
+            min_session_timeout_ms=c.group_min_session_timeout_ms,
+            max_session_timeout_ms=c.group_max_session_timeout_ms,
+            offsets_topic_num_partitions=num_offsets,
+        )
+        await gc.start()
+        self.group_coordinator = gc
+
+        server = SocketServer(
+            self._handle,
+            max_frame_size=c.socket_request_max_bytes,
+            send_buffer_bytes=c.socket_send_buffer_bytes
+            if c.is_set("socket.send.buffer.bytes")
+            else None,
+            receive_buffer_bytes=c.socket_receive_buffer_bytes
+            if c.is_set("socket.receive.buffer.bytes")
+            else None,
+        )
+        self.server = server
+        for e in c.listeners:
+            self.bound.append(await server.listen(e.host, e.port))
+        adv = c.advertised_listeners[0]
+        port = adv.port or self.bound[0][1]
+        host = adv.host or self.bound[0][0]
+        endpoint = BrokerEndpoint(c.node_id, host, port)
+        self.apis = KafkaApis(
+            config=c,
+            log_manager=lm,
+            replica_manager=rm,
+            group_coordinator=gc,
+            producer_id_manager=ProducerIdManager(c.log_dirs[0]),
+            endpoint=endpoint,
+            cluster_id=lm.cluster_id,
+        )
+        listening = ", ".join(f"{h}:{p}" for h, p in self.bound)
+        log.info(
+            "tierlog broker started in %.2fs: node %d, cluster %s, listening on %s, "
+            "advertising %s:%d, log dirs %s",
+            time.monotonic() - t0,
+            c.node_id,
+            lm.cluster_id,
+            listening,
+            host,
+            port,
+            ",".join(str(d) for d in c.log_dirs),
+        )
+
+    def _handle(self, ev: Any, client_host: str) -> Any:
+        apis = self.apis
+        if apis is None:  # connections accepted before wiring finished (cannot happen)
+            raise RuntimeError("broker not started")
+        return apis.handle(ev, client_host)
+
+    def request_stop(self) -> None:
+        """Ask :meth:`serve_forever` to shut down (signal handlers call this)."""
+        if not self._stopped.is_set():
+            log.info("shutdown requested")
+        self._stopped.set()
+
+    async def serve_forever(self) -> None:
+        """Start, wait for :meth:`request_stop`, shut down."""
+        try:
+            await self.start()
+            await self._stopped.wait()
+        finally:
+            await self.shutdown()
+
+    async def shutdown(self) -> None:
+        """Stop in reverse order; flush and checkpoint every log. Idempotent."""
+        if self._shutting_down:
+            return
+        self._shutting_down = True
+        t0 = time.monotonic()
+        if self.server is not None:
+            await self.server.stop()
+        if self.group_coordinator is not None:
+            try:
+                await asyncio.wait_for(self.group_coordinator.stop(), 10)
+            except Exception:
+                log.exception("group coordinator stop failed")
+        if self.replica_manager is not None:
+            self.replica_manager.wake_all()
+        if self.log_manager is not None:
+            await asyncio.to_thread(self.log_manager.shutdown)
+        log.info("tierlog broker stopped cleanly in %.2fs", time.monotonic() - t0)
+
+
+def _setup_logging() -> None:
+    level = os.environ.get("TIERLOG_LOG_LEVEL", "INFO").upper()
+    logging.basicConfig(
+        level=getattr(logging, level, logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def run(config: KafkaConfig) -> int:
+    """Run the broker until SIGTERM or SIGINT; the process exit code."""
+    _setup_logging()
+    broker = Broker(config)
+
+    async def main_async() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, broker.request_stop)
+        await broker.serve_forever()
+
+    try:
+        asyncio.run(main_async())
+    except KeyboardInterrupt:  # a signal before the handlers were installed
+        return 130
+    except (OSError, TierlogError) as e:
+        # Expected failures (a port in use, an unusable log dir): one clear line.
+        log.critical("tierlog broker failed: %s", e)
+        return 1
+    except Exception as e:
+        log.critical("tierlog broker failed: %s", e, exc_info=True)
+        return 1
+    return 0
+
+
+def main(config: KafkaConfig) -> int:
+    """Entry point of ``tierlog serve`` (cli.py)."""
+    return run(config)

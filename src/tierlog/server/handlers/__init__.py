@@ -1,0 +1,40 @@
+"""Request handlers, one module per API family, and the dispatch table by API key."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from tierlog.server.handlers import admin, fetch, group, list_offsets, metadata, produce, producer
+
+HANDLERS: Mapping[int, Callable[[Any, Any], Any]] = MappingProxyType(
+    {
+        0: produce.handle_produce,
+        1: fetch.handle_fetch,
+        2: list_offsets.handle_list_offsets,
+        3: metadata.handle_metadata,
+        8: group.handle_offset_commit,
+        9: group.handle_offset_fetch,
+        10: group.handle_find_coordinator,
+        11: group.handle_join_group,
+        12: group.handle_heartbeat,
+        13: group.handle_leave_group,
+        14: group.handle_sync_group,
+        15: group.handle_describe_groups,
+        16: group.handle_list_groups,
+        18: metadata.handle_api_versions,
+        19: admin.handle_create_topics,
+        20: admin.handle_delete_topics,
+        21: admin.handle_delete_records,
+        22: producer.handle_init_producer_id,
+        32: admin.handle_describe_configs,
+        33: admin.handle_alter_configs,
+        37: admin.handle_create_partitions,
+        42: group.handle_delete_groups,
+        44: admin.handle_incremental_alter_configs,
+        60: metadata.handle_describe_cluster,
+    }
+)
+
+__all__ = ["HANDLERS"]

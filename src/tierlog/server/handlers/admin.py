@@ -1,0 +1,575 @@
+"""Admin APIs: CreateTopics (19), DeleteTopics (20), DeleteRecords (21), CreatePartitions (37),
+DescribeConfigs (32), AlterConfigs (33) and IncrementalAlterConfigs (44).
+
+Single node: the replication factor must be 1 (or -1 for the default), manual assignments
+may only name this node. Topic configs are described in full (every config with its value,
+source and, on request, synonyms and documentation); the broker resource lists the broker's
+static configs, which are read-only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from tierlog.errors import (
+    ApiError,
+    ConfigError,
+    InvalidConfig,
+    InvalidPartitions,
+    InvalidReplicationFactor,
+    InvalidRequest,
+    InvalidTopic,
+    KafkaStorageError,
+    OffsetOutOfRange,
+    UnknownTopicId,
+    UnknownTopicOrPartition,
+)
+from tierlog.log.log_config import TOPIC_CONFIGS, LogConfig, format_value
+from tierlog.server.handlers._build import build
+from tierlog.server.kafka_apis import response_class
+from tierlog.server.replica_manager import INTERNAL_TOPICS
+
+if TYPE_CHECKING:
+    from tierlog.server.kafka_apis import KafkaApis, Request
+
+log = logging.getLogger(__name__)
+
+CREATE_TOPICS = 19
+DELETE_TOPICS = 20
+DELETE_RECORDS = 21
+DESCRIBE_CONFIGS = 32
+ALTER_CONFIGS = 33
+CREATE_PARTITIONS = 37
+INCREMENTAL_ALTER_CONFIGS = 44
+
+TOPIC_DELETION_DISABLED = 73
+
+# ConfigResource.Type
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+RESOURCE_BROKER_LOGGER = 8
+
+# DescribeConfigsResponse.ConfigSource
+SOURCE_IDS = {
+    "UNKNOWN": 0,
+    "TOPIC_CONFIG": 1,
+    "DYNAMIC_TOPIC_CONFIG": 1,
+    "DYNAMIC_BROKER_CONFIG": 2,
+    "DYNAMIC_DEFAULT_BROKER_CONFIG": 3,
+    "STATIC_BROKER_CONFIG": 4,
+    "DEFAULT_CONFIG": 5,
+}
+
+# DescribeConfigsResponse.ConfigType
+TYPE_IDS = {
+    "boolean": 1,
+    "string": 2,
+    "int": 3,
+    "short": 4,
+    "long": 5,
+    "double": 6,
+    "list": 7,
+    "class": 8,
+    "password": 9,
+}
+
+#: A guard, not a Kafka rule: a single node creating millions of partition directories
+#: because of one request (or one flipped bit) would stall every client.
+MAX_PARTITIONS_PER_TOPIC = 10_000
+
+# IncrementalAlterConfigs operations
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+
+
+def _error(e: Exception) -> tuple[int, str]:
+    if isinstance(e, ConfigError):
+        return InvalidConfig.error_code, str(e)
+    if isinstance(e, ApiError):
+        return e.error_code, e.message
+    return -1, str(e)
+
+
+# --------------------------------------------------------------------------- topics
+
+
+def _topic_configs_list(config: LogConfig) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": name,
+            "value": format_value(name, config.values[name]),
+            "read_only": False,
+            "config_source": SOURCE_IDS.get(config.source_of(name), 0),
+            "is_sensitive": False,
+        }
+        for name in sorted(config.values)
+    ]
+
+
+def handle_create_topics(apis: KafkaApis, ev: Request) -> Any:
+    req = ev.request
+    lm = apis.log_manager
+    validate_only = bool(getattr(req, "validate_only", False))
+    names = [t.name for t in req.topics]
+    results = []
+    for t in req.topics:
+        res: dict[str, Any] = {
+            "name": t.name,
+            "error_code": 0,
+            "error_message": None,
+            "topic_id": None,
+        }
+        try:
+            if names.count(t.name) > 1:
+                raise InvalidRequest(f"topic {t.name} is listed more than once")
+            num = t.num_partitions
+            rf = t.replication_factor
+            if t.assignments:
+                if num != -1 or rf != -1:
+                    raise InvalidRequest(
+                        "both assignments and num_partitions/replication_factor were given"
+                    )
+                for a in t.assignments:
+                    if list(a.broker_ids) != [apis.node_id]:
+                        raise InvalidReplicationFactor(
+                            f"partition {a.partition_index} is assigned to brokers "
+                            f"{list(a.broker_ids)}; the only broker is {apis.node_id}"
+                        )
+                num = len(t.assignments)
+            if num == -1:
+                num = apis.config.num_partitions
+            if rf == -1:
+                rf = apis.config.default_replication_factor
+            if num <= 0:
+                raise InvalidPartitions(f"number of partitions must be at least 1, got {num}")
+            if num > MAX_PARTITIONS_PER_TOPIC:
+                raise InvalidPartitions(
+                    f"{num} partitions is more than this broker allows per topic "
+                    f"({MAX_PARTITIONS_PER_TOPIC})"
+                )
+            if rf != 1:
+                raise InvalidReplicationFactor(
+                    f"replication factor {rf} is larger than the 1 available broker"
+                )
+            if t.name in INTERNAL_TOPICS:
+                raise InvalidTopic(f"{t.name} is an internal topic")
+            configs: dict[str, str] = {}
+            for c in t.configs:
+                if c.value is None:
+                    raise InvalidConfig(f"null value for config {c.name}")
+                configs[c.name] = c.value
+            info = lm.create_topic(t.name, num, configs, validate_only=validate_only)
+            res.update(
+                topic_id=None if validate_only else info.topic_id,
+                num_partitions=num,
+                replication_factor=rf,
+                configs=_topic_configs_list(info.config),
+            )
+            if not validate_only:
+                log.info("created topic %s with %d partitions", t.name, num)
+                apis.topic_changed(t.name)
+        except (ApiError, ConfigError) as e:
+            res["error_code"], res["error_message"] = _error(e)
+            res.update(num_partitions=-1, replication_factor=-1, configs=None)
+        except OSError as e:
+            log.error("create topic %s failed: %s", t.name, e)
+            res["error_code"], res["error_message"] = KafkaStorageError.error_code, str(e)
+        results.append(res)
+    return build(
+        response_class(CREATE_TOPICS, ev.api_version), {"throttle_time": 0, "topics": results}
+    )
+
+
+def handle_delete_topics(apis: KafkaApis, ev: Request) -> Any:
+    req = ev.request
+    lm = apis.log_manager
+    wanted: list[tuple[str | None, Any]] = []
+    if hasattr(req, "topic_names"):
+        wanted = [(n, None) for n in req.topic_names]
+    else:
+        wanted = [(t.name, t.topic_id) for t in req.topics]
+    results = []
+    for name, topic_id in wanted:
+        res: dict[str, Any] = {"name": name, "topic_id": topic_id, "error_code": 0}
+        try:
+            if name is None:
+                if topic_id is None or topic_id.int == 0:
+                    raise InvalidRequest("a topic needs a name or an id")
+                name = apis.topic_name_for_id(topic_id)
+                if name is None:
+                    raise UnknownTopicId()
+                res["name"] = name
+            info = lm.topic(name)
+            if info is None:
+                raise UnknownTopicOrPartition()
+            res["topic_id"] = info.topic_id
+            if not apis.config.delete_topic_enable:
+                res["error_code"] = TOPIC_DELETION_DISABLED
+                res["error_message"] = "topic deletion is disabled (delete.topic.enable=false)"
+                results.append(res)
+                continue
+            if name in INTERNAL_TOPICS:
+                raise InvalidTopic(f"{name} is an internal topic and cannot be deleted")
+            lm.delete_topic(name)
+            log.info("deleted topic %s", name)
+            apis.topic_changed(name)
+        except ApiError as e:
+            res["error_code"], res["error_message"] = e.error_code, e.message
+        except OSError as e:
+            log.error("delete topic %s failed: %s", name, e)
+            res["error_code"], res["error_message"] = KafkaStorageError.error_code, str(e)
+        results.append(res)
+    return build(
+        response_class(DELETE_TOPICS, ev.api_version), {"throttle_time": 0, "responses": results}
+    )
+
+
+def handle_create_partitions(apis: KafkaApis, ev: Request) -> Any:
+    req = ev.request
+    lm = apis.log_manager
+    validate_only = bool(getattr(req, "validate_only", False))
+    results = []
+    for t in req.topics:
+        res: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None}
+        try:
+            info = lm.topic(t.name)
+            if info is None:
+                raise UnknownTopicOrPartition()
+            if t.name in INTERNAL_TOPICS:
+                raise InvalidTopic(f"cannot add partitions to internal topic {t.name}")
+            if t.count < info.num_partitions:
+                raise InvalidPartitions(
+                    f"topic {t.name} has {info.num_partitions} partitions; "
+                    f"the count can only grow, not become {t.count}"
+                )
+            if t.count == info.num_partitions:
+                raise InvalidPartitions(f"topic {t.name} already has {t.count} partitions")
+            if t.count > MAX_PARTITIONS_PER_TOPIC:
+                raise InvalidPartitions(
+                    f"{t.count} partitions is more than this broker allows per topic "
+                    f"({MAX_PARTITIONS_PER_TOPIC})"
+                )
+            if t.assignments:
+                if len(t.assignments) != t.count - info.num_partitions:
+                    raise InvalidRequest("one assignment is needed per new partition")
+                for a in t.assignments:
+                    if list(a.broker_ids) != [apis.node_id]:
+                        raise InvalidReplicationFactor(
+                            f"assignment {list(a.broker_ids)} names a broker other than "
+                            f"{apis.node_id}"
+                        )
+            if not validate_only:
+                lm.create_partitions(t.name, t.count)
+                log.info("topic %s now has %d partitions", t.name, t.count)
+                apis.topic_changed(t.name)
+        except ApiError as e:
+            res["error_code"], res["error_message"] = e.error_code, e.message
+        except OSError as e:
+            log.error("create partitions of %s failed: %s", t.name, e)
+            res["error_code"], res["error_message"] = KafkaStorageError.error_code, str(e)
+        results.append(res)
+    return build(
+        response_class(CREATE_PARTITIONS, ev.api_version), {"throttle_time": 0, "results": results}
+    )
+
+
+def handle_delete_records(apis: KafkaApis, ev: Request) -> Any:
+    req = ev.request
+    rm = apis.replica_manager
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            res: dict[str, Any] = {
+                "partition_index": p.partition_index,
+                "low_watermark": -1,
+                "error_code": 0,
+            }
+            part = rm.get_partition(t.name, p.partition_index)
+            try:
+                if part is None:
+                    raise UnknownTopicOrPartition()
+                if t.name in INTERNAL_TOPICS:
+                    raise InvalidTopic(f"cannot delete records of internal topic {t.name}")
+                lg = part.log
+                offset = p.offset
+                hw = lg.high_watermark
+                if offset == -1:
+                    offset = hw
+                if offset < 0 or offset > hw:
+                    raise OffsetOutOfRange(f"offset {p.offset} is outside [0, high watermark {hw}]")
+                res["low_watermark"] = int(lg.delete_records_before(offset))
+                part.wake_waiters()
+            except ApiError as e:
+                res["error_code"] = e.error_code
+            except OSError as e:
+                log.error("DeleteRecords on %s-%d failed: %s", t.name, p.partition_index, e)
+                res["error_code"] = KafkaStorageError.error_code
+            parts.append(res)
+        topics.append({"name": t.name, "partitions": parts})
+    return build(
+        response_class(DELETE_RECORDS, ev.api_version), {"throttle_time": 0, "topics": topics}
+    )
+
+
+# --------------------------------------------------------------------------- configs
+
+
+def _topic_synonyms(config: LogConfig, name: str) -> list[dict[str, Any]]:
+    """Kafka's synonym chain, most specific first: topic override, broker config, default."""
+    d = TOPIC_CONFIGS[name]
+    out = []
+    if name in config.overrides:
+        out.append(
+            {
+                "name": name,
+                "value": format_value(name, config.values[name]),
+                "source": SOURCE_IDS["DYNAMIC_TOPIC_CONFIG"],
+            }
+        )
+    broker_default = config.defaults()
+    if d.synonym and name in config.broker_defaults:
+        out.append(
+            {
+                "name": d.synonym,
+                "value": format_value(name, broker_default.values[name]),
+                "source": SOURCE_IDS["STATIC_BROKER_CONFIG"],
+            }
+        )
+    out.append(
+        {
+            "name": d.synonym or name,
+            "value": format_value(name, d.default),
+            "source": SOURCE_IDS["DEFAULT_CONFIG"],
+        }
+    )
+    return out
+
+
+def _describe_topic(
+    config: LogConfig, keys: Any, synonyms: bool, documentation: bool, version: int
+) -> list[dict[str, Any]]:
+    names = sorted(config.values) if not keys else [k for k in keys if k in TOPIC_CONFIGS]
+    rows = []
+    for name in names:
+        d = TOPIC_CONFIGS[name]
+        source = config.source_of(name)
+        rows.append(
+            {
+                "name": name,
+                "value": format_value(name, config.values[name]),
+                "read_only": False,
+                "is_default": source == "DEFAULT_CONFIG",
+                "config_source": SOURCE_IDS.get(source, 0),
+                "is_sensitive": False,
+                "synonyms": _topic_synonyms(config, name) if synonyms else [],
+                "config_type": TYPE_IDS.get(d.type, 0),
+                "documentation": d.doc if documentation else None,
+            }
+        )
+    return rows
+
+
+def _describe_broker(
+    apis: KafkaApis, keys: Any, synonyms: bool, documentation: bool
+) -> list[dict[str, Any]]:
+    rows = []
+    wanted = set(keys) if keys else None
+    for e in apis.config.describe():
+        if wanted is not None and e.name not in wanted:
+            continue
+        source = SOURCE_IDS.get(e.source, 0)
+        rows.append(
+            {
+                "name": e.name,
+                "value": e.value,
+                "read_only": e.read_only,
+                "is_default": e.source == "DEFAULT_CONFIG",
+                "config_source": source,
+                "is_sensitive": e.sensitive,
+                "synonyms": [{"name": e.name, "value": e.value, "source": source}]
+                if synonyms
+                else [],
+                "config_type": TYPE_IDS.get(e.config_type.lower(), 0),
+                "documentation": e.documentation if documentation else None,
+            }
+        )
+    return rows
+
+
+def _is_this_broker(apis: KafkaApis, resource_name: str) -> bool:
+    return resource_name in ("", str(apis.node_id))
+
+
+def handle_describe_configs(apis: KafkaApis, ev: Request) -> Any:
+    req = ev.request
+    synonyms = bool(getattr(req, "include_synonyms", False))
+    documentation = bool(getattr(req, "include_documentation", False))
+    results = []
+    for r in req.resources:
+        res: dict[str, Any] = {
+            "error_code": 0,
+            "error_message": None,
+            "resource_type": r.resource_type,
+            "resource_name": r.resource_name,
+            "configs": [],
+        }
+        try:
+            if r.resource_type == RESOURCE_TOPIC:
+                info = apis.log_manager.topic(r.resource_name)
+                if info is None:
+                    raise UnknownTopicOrPartition(f"unknown topic {r.resource_name}")
+                res["configs"] = _describe_topic(
+                    info.config, r.configuration_keys, synonyms, documentation, ev.api_version
+                )
+            elif r.resource_type == RESOURCE_BROKER:
+                if not _is_this_broker(apis, r.resource_name):
+                    raise InvalidRequest(f"unknown broker {r.resource_name}")
+                res["configs"] = _describe_broker(
+                    apis, r.configuration_keys, synonyms, documentation
+                )
+            elif r.resource_type == RESOURCE_BROKER_LOGGER:
+                res["configs"] = []
+            else:
+                raise InvalidRequest(f"unsupported resource type {r.resource_type}")
+        except ApiError as e:
+            res["error_code"], res["error_message"] = e.error_code, e.message
+        results.append(res)
+    return build(
+        response_class(DESCRIBE_CONFIGS, ev.api_version), {"throttle_time": 0, "results": results}
+    )
+
+
+def _apply_topic_config(
+    apis: KafkaApis,
+    topic: str,
+    overrides: Mapping[str, str | None],
+    *,
+    incremental: bool,
+    validate_only: bool,
+) -> None:
+    lm = apis.log_manager
+    info = lm.topic(topic)
+    if info is None:
+        raise UnknownTopicOrPartition(f"unknown topic {topic}")
+    for name in overrides:
+        if name not in TOPIC_CONFIGS:
+            raise ConfigError(name, "unknown topic config")
+    sets = {k: v for k, v in overrides.items() if v is not None}
+    deletes = {k for k, v in overrides.items() if v is None}
+    config: LogConfig = info.config
+    if incremental:
+        new = config.with_overrides(sets).without(deletes)
+    else:
+        new = config.with_overrides(sets, replace=True)
+    new.validate()
+    if not validate_only:
+        lm.alter_topic_config(topic, overrides, incremental=incremental)
+        log.info("altered configs of topic %s: %s", topic, dict(overrides))
+
+
+def handle_alter_configs(apis: KafkaApis, ev: Request) -> Any:
+    req = ev.request
+    validate_only = bool(getattr(req, "validate_only", False))
+    results = []
+    for r in req.resources:
+        res: dict[str, Any] = {
+            "error_code": 0,
+            "error_message": None,
+            "resource_type": r.resource_type,
+            "resource_name": r.resource_name,
+        }
+        try:
+            if r.resource_type == RESOURCE_TOPIC:
+                overrides: dict[str, str | None] = {}
+                for c in r.configs:
+                    if c.value is None:
+                        raise InvalidConfig(f"null value for config {c.name}")
+                    overrides[c.name] = c.value
+                _apply_topic_config(
+                    apis, r.resource_name, overrides, incremental=False, validate_only=validate_only
+                )
+            elif r.resource_type == RESOURCE_BROKER:
+                raise InvalidRequest(
+                    "broker configs are static in tierlog; edit server.properties and restart"
+                )
+            else:
+                raise InvalidRequest(f"unsupported resource type {r.resource_type}")
+        except (ApiError, ConfigError) as e:
+            res["error_code"], res["error_message"] = _error(e)
+        except OSError as e:
+            res["error_code"], res["error_message"] = KafkaStorageError.error_code, str(e)
+        results.append(res)
+    return build(
+        response_class(ALTER_CONFIGS, ev.api_version), {"throttle_time": 0, "responses": results}
+    )
+
+
+def handle_incremental_alter_configs(apis: KafkaApis, ev: Request) -> Any:
+    req = ev.request
+    validate_only = bool(getattr(req, "validate_only", False))
+    results = []
+    for r in req.resources:
+        res: dict[str, Any] = {
+            "error_code": 0,
+            "error_message": None,
+            "resource_type": r.resource_type,
+            "resource_name": r.resource_name,
+        }
+        try:
+            if r.resource_type == RESOURCE_TOPIC:
+                info = apis.log_manager.topic(r.resource_name)
+                if info is None:
+                    raise UnknownTopicOrPartition(f"unknown topic {r.resource_name}")
+                overrides = _incremental_overrides(info.config, r.configs)
+                _apply_topic_config(
+                    apis, r.resource_name, overrides, incremental=True, validate_only=validate_only
+                )
+            elif r.resource_type == RESOURCE_BROKER:
+                raise InvalidRequest(
+                    "broker configs are static in tierlog; edit server.properties and restart"
+                )
+            else:
+                raise InvalidRequest(f"unsupported resource type {r.resource_type}")
+        except (ApiError, ConfigError) as e:
+            res["error_code"], res["error_message"] = _error(e)
+        except OSError as e:
+            res["error_code"], res["error_message"] = KafkaStorageError.error_code, str(e)
+        results.append(res)
+    return build(
+        response_class(INCREMENTAL_ALTER_CONFIGS, ev.api_version),
+        {"throttle_time": 0, "responses": results},
+    )
+
+
+def _incremental_overrides(config: LogConfig, ops: Any) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    seen: set[str] = set()
+    for c in ops:
+        if c.name in seen:
+            raise InvalidRequest(f"config {c.name} appears more than once")
+        seen.add(c.name)
+        d = TOPIC_CONFIGS.get(c.name)
+        if d is None:
+            raise ConfigError(c.name, "unknown topic config")
+        op = c.config_operation
+        if op == OP_SET:
+            if c.value is None:
+                raise InvalidConfig(f"null value for config {c.name}")
+            out[c.name] = c.value
+        elif op == OP_DELETE:
+            out[c.name] = None
+        elif op in (OP_APPEND, OP_SUBTRACT):
+            if d.type != "list":
+                raise InvalidConfig(f"{c.name} is not a list config; APPEND/SUBTRACT need one")
+            current = list(config.values[c.name])
+            items = [x.strip() for x in (c.value or "").split(",") if x.strip()]
+            if op == OP_APPEND:
+                current += [x for x in items if x not in current]
+            else:
+                current = [x for x in current if x not in items]
+            out[c.name] = ",".join(current)
+        else:
+            raise InvalidRequest(f"unknown config operation {op}")
+    return out

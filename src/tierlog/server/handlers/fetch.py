@@ -1,0 +1,127 @@
+"""Fetch (1), v4+: byte ranges of the logs, with a long-poll that wakes on append.
+
+* v13+ names topics by id: ids are resolved through the log manager; an unknown id gets
+  UNKNOWN_TOPIC_ID (100) on each of its partitions.
+* Fetch sessions (KIP-227) are answered sessionless: ``session_id`` 0 and a FULL response that
+  lists exactly the requested partitions, in request order, empty ones included
+  (kafka-python drops the whole response otherwise). An incremental fetch for a session we
+  never created gets FETCH_SESSION_ID_NOT_FOUND (70) and the client starts over.
+* Every partition carries the high watermark, the last stable offset (librdkafka and
+  kafkajs read committed by default) and the log start offset (librdkafka resets to it).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tierlog.errors import UnknownTopicId, UnknownTopicOrPartition
+from tierlog.server.handlers._build import build
+from tierlog.server.kafka_apis import response_class
+from tierlog.server.replica_manager import (
+    READ_COMMITTED,
+    FetchPartitionRequest,
+    FetchPartitionResult,
+)
+
+if TYPE_CHECKING:
+    from tierlog.server.kafka_apis import KafkaApis, Request
+
+FETCH = 1
+FETCH_SESSION_ID_NOT_FOUND = 70
+INVALID_SESSION_ID = 0
+FINAL_EPOCH = -1
+
+
+def _max_wait_ms(req: Any) -> int:
+    w = req.max_wait
+    if isinstance(w, int):
+        return w
+    return int(w.total_seconds() * 1000)
+
+
+def handle_fetch(apis: KafkaApis, ev: Request) -> Any:
+    req = ev.request
+    version = ev.api_version
+    by_id = version >= 13
+    session_id = getattr(req, "session_id", 0)
+    session_epoch = getattr(req, "session_epoch", FINAL_EPOCH)
+    cls = response_class(FETCH, version)
+    if session_id != INVALID_SESSION_ID and session_epoch > 0:
+        # An incremental fetch in a session we never handed out.
+        return build(
+            cls,
+            {
+                "throttle_time": 0,
+                "error_code": FETCH_SESSION_ID_NOT_FOUND,
+                "session_id": 0,
+                "responses": [],
+            },
+        )
+
+    # Resolve topics once; keep the request's order (and duplicates) for the response.
+    plan: list[tuple[Any, list[FetchPartitionRequest]]] = []
+    flat: list[FetchPartitionRequest] = []
+    for t in req.topics:
+        if by_id:
+            key = t.topic_id
+            name = apis.topic_name_for_id(key) if key is not None else None
+            code = UnknownTopicId.error_code if name is None else 0
+        else:
+            key = t.topic
+            name = key
+            code = 0
+        parts = [
+            FetchPartitionRequest(name, p.partition, p.fetch_offset, p.partition_max_bytes, code)
+            for p in t.partitions
+        ]
+        plan.append((key, parts))
+        flat.extend(parts)
+
+    isolation = getattr(req, "isolation_level", 0)
+    max_bytes = getattr(req, "max_bytes", 2**31 - 1)
+    coro = apis.replica_manager.fetch(
+        flat,
+        max_wait_ms=_max_wait_ms(req),
+        min_bytes=req.min_bytes,
+        max_bytes=max_bytes,
+        isolation_level=isolation,
+    )
+
+    async def respond() -> Any:
+        results = await coro
+        return _response(cls, plan, flat, results, by_id, isolation)
+
+    return respond()
+
+
+def _response(
+    cls: type[Any],
+    plan: list[tuple[Any, list[FetchPartitionRequest]]],
+    flat: list[FetchPartitionRequest],
+    results: list[FetchPartitionResult],
+    by_id: bool,
+    isolation: int,
+) -> Any:
+    it = iter(results)
+    topics = []
+    for key, parts in plan:
+        out: list[dict[str, Any]] = []
+        for p in parts:
+            r = next(it)
+            code = r.error_code
+            if code == 3 and p.topic is None:
+                code = UnknownTopicId.error_code if by_id else UnknownTopicOrPartition.error_code
+            out.append(
+                {
+                    "partition_index": p.partition,
+                    "error_code": code,
+                    "high_watermark": r.high_watermark,
+                    "last_stable_offset": r.last_stable_offset,
+                    "log_start_offset": r.log_start_offset,
+                    "aborted_transactions": [] if isolation == READ_COMMITTED else None,
+                    "preferred_read_replica": -1,
+                    "records": r.records if r.records is not None else b"",
+                }
+            )
+        topics.append({"topic_id" if by_id else "topic": key, "partitions": out})
+    return build(cls, {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": topics})

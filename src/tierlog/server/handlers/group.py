@@ -1,0 +1,469 @@
+"""Consumer group APIs: FindCoordinator (10), JoinGroup (11), Heartbeat (12), LeaveGroup (13),
+SyncGroup (14), DescribeGroups (15), ListGroups (16), OffsetCommit (8), OffsetFetch (9),
+DeleteGroups (42).
+
+This node coordinates every group; the handlers only translate kio messages to and from the
+plain values of :class:`~tierlog.server.group_coordinator.GroupCoordinator`. Transactions are
+out of scope: FindCoordinator for a transactional id (key type 1) is refused with
+INVALID_REQUEST and a message.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from tierlog.errors import CoordinatorNotAvailable, InvalidRequest
+from tierlog.server.handlers._build import build
+from tierlog.server.kafka_apis import response_class
+
+if TYPE_CHECKING:
+    from tierlog.server.group_coordinator import GroupCoordinator
+    from tierlog.server.kafka_apis import KafkaApis, Request
+
+log = logging.getLogger(__name__)
+
+OFFSET_COMMIT = 8
+OFFSET_FETCH = 9
+FIND_COORDINATOR = 10
+JOIN_GROUP = 11
+HEARTBEAT = 12
+LEAVE_GROUP = 13
+SYNC_GROUP = 14
+DESCRIBE_GROUPS = 15
+LIST_GROUPS = 16
+DELETE_GROUPS = 42
+
+COORDINATOR_KEY_GROUP = 0
+COORDINATOR_KEY_TRANSACTION = 1
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+TRANSACTIONS_UNSUPPORTED = "transactions are not supported by tierlog"
+
+
+def _ms(v: Any) -> int:
+    if isinstance(v, int):
+        return v
+    return round(float(v.total_seconds()) * 1000)
+
+
+def _coordinator(apis: KafkaApis) -> GroupCoordinator:
+    gc = apis.group_coordinator
+    if gc is None:
+        raise CoordinatorNotAvailable("the group coordinator is not running")
+    return gc
+
+
+# --------------------------------------------------------------------------- FindCoordinator
+
+
+def handle_find_coordinator(apis: KafkaApis, ev: Request) -> Any:
+    req = ev.request
+    version = ev.api_version
+    cls = response_class(FIND_COORDINATOR, version)
+    key_type = getattr(req, "key_type", COORDINATOR_KEY_GROUP)
+    e = apis.endpoint
+
+    def answer(key: str) -> dict[str, Any]:
+        if key_type == COORDINATOR_KEY_TRANSACTION:
+            log.warning(
+                "FindCoordinator for transactional id %r refused: %s", key, TRANSACTIONS_UNSUPPORTED
+            )
+            return {
+                "key": key,
+                "node_id": -1,
+                "host": "",
+                "port": -1,
+                "error_code": InvalidRequest.error_code,
+                "error_message": TRANSACTIONS_UNSUPPORTED,
+            }
+        if key_type != COORDINATOR_KEY_GROUP:
+            return {
+                "key": key,
+                "node_id": -1,
+                "host": "",
+                "port": -1,
+                "error_code": InvalidRequest.error_code,
+                "error_message": f"unknown coordinator key type {key_type}",
+            }
+        if apis.group_coordinator is None:
+            return {
+                "key": key,
+                "node_id": -1,
+                "host": "",
+                "port": -1,
+                "error_code": CoordinatorNotAvailable.error_code,
+                "error_message": None,
+            }
+        return {
+            "key": key,
+            "node_id": e.node_id,
+            "host": e.host,
+            "port": e.port,
+            "error_code": 0,
+            "error_message": None,
+        }
+
+    if version >= 4:
+        coordinators = [answer(k) for k in req.coordinator_keys]
+        return build(cls, {"throttle_time": 0, "coordinators": coordinators})
+    return build(cls, {"throttle_time": 0, **answer(req.key)})
+
+
+# --------------------------------------------------------------------------- membership
+
+
+def handle_join_group(apis: KafkaApis, ev: Request) -> Any:
+    req = ev.request
+    version = ev.api_version
+    cls = response_class(JOIN_GROUP, version)
+    gc = apis.group_coordinator
+    if gc is None:
+        return build(
+            cls,
+            {
+                "throttle_time": 0,
+                "error_code": CoordinatorNotAvailable.error_code,
+                "member_id": req.member_id,
+                "leader": "",
+                "members": [],
+            },
+        )
+    session_ms = _ms(req.session_timeout)
+    rebalance = getattr(req, "rebalance_timeout", None)
+    rebalance_ms = session_ms if rebalance is None else _ms(rebalance)
+    coro = gc.join_group(
+        req.group_id,
+        req.member_id,
+        getattr(req, "group_instance_id", None),
+        req.protocol_type,
+        [(p.name, bytes(p.metadata)) for p in req.protocols],
+        session_ms,
+        rebalance_ms,
+        ev.client_id or "",
+        apis.client_host,
+        version >= 4,
+        getattr(req, "reason", None),
+        supports_skip_assignment=version >= 9,
+    )
+
+    async def respond() -> Any:
+        r = await coro
+        legacy = version < 7
+        return build(
+            cls,
+            {
+                "throttle_time": 0,
+                "error_code": r.error_code,
+                "generation_id": r.generation_id,
+                "protocol_type": r.protocol_type,
+                "protocol_name": (r.protocol_name or "") if legacy else r.protocol_name,
+                "leader": r.leader_id,
+                "skip_assignment": r.skip_assignment,
+                "member_id": r.member_id,
+                "members": [
+                    {"member_id": m, "group_instance_id": i, "metadata": md}
+                    for m, i, md in r.members
+                ],
+            },
+        )
+
+    return respond()
+
+
+def handle_sync_group(apis: KafkaApis, ev: Request) -> Any:
+    req = ev.request
+    cls = response_class(SYNC_GROUP, ev.api_version)
+    gc = apis.group_coordinator
+    if gc is None:
+        return build(
+            cls,
+            {
+                "throttle_time": 0,
+                "error_code": CoordinatorNotAvailable.error_code,
+                "assignment": b"",
+            },
+        )
+    coro = gc.sync_group(
+        req.group_id,
+        req.generation_id,
+        req.member_id,
+        getattr(req, "group_instance_id", None),
+        getattr(req, "protocol_type", None),
+        getattr(req, "protocol_name", None),
+        {a.member_id: bytes(a.assignment) for a in req.assignments},
+    )
+
+    async def respond() -> Any:
+        r = await coro
+        return build(
+            cls,
+            {
+                "throttle_time": 0,
+                "error_code": r.error_code,
+                "protocol_type": r.protocol_type,
+                "protocol_name": r.protocol_name,
+                "assignment": r.assignment,
+            },
+        )
+
+    return respond()
+
+
+def handle_heartbeat(apis: KafkaApis, ev: Request) -> Any:
+    req = ev.request
+    cls = response_class(HEARTBEAT, ev.api_version)
+    gc = apis.group_coordinator
+    code = (
+        CoordinatorNotAvailable.error_code
+        if gc is None
+        else gc.heartbeat(
+            req.group_id,
+            req.generation_id,
+            req.member_id,
+            getattr(req, "group_instance_id", None),
+        )
+    )
+    return build(cls, {"throttle_time": 0, "error_code": code})
+
+
+def handle_leave_group(apis: KafkaApis, ev: Request) -> Any:
+    req = ev.request
+    version = ev.api_version
+    cls = response_class(LEAVE_GROUP, version)
+    gc = apis.group_coordinator
+    if version >= 3:
+        members = [(m.member_id, m.group_instance_id) for m in req.members]
+    else:
+        members = [(req.member_id, None)]
+    if gc is None:
+        return build(
+            cls,
+            {"throttle_time": 0, "error_code": CoordinatorNotAvailable.error_code, "members": []},
+        )
+    coro = gc.leave_group(req.group_id, members)
+
+    async def respond() -> Any:
+        top, results = await coro
+        if version < 3 and top == 0 and results:
+            top = results[0][2]
+        return build(
+            cls,
+            {
+                "throttle_time": 0,
+                "error_code": top,
+                "members": [
+                    {"member_id": m, "group_instance_id": i, "error_code": c} for m, i, c in results
+                ],
+            },
+        )
+
+    return respond()
+
+
+# --------------------------------------------------------------------------- offsets
+
+
+def handle_offset_commit(apis: KafkaApis, ev: Request) -> Any:
+    req = ev.request
+    cls = response_class(OFFSET_COMMIT, ev.api_version)
+    offsets: dict[tuple[str, int], tuple[int, int, str | None]] = {}
+    order: list[tuple[str, list[int]]] = []
+    for t in req.topics:
+        idx = []
+        for p in t.partitions:
+            offsets[(t.name, p.partition_index)] = (
+                p.committed_offset,
+                getattr(p, "committed_leader_epoch", -1),
+                p.committed_metadata,
+            )
+            idx.append(p.partition_index)
+        order.append((t.name, idx))
+
+    def response(codes: dict[tuple[str, int], int]) -> Any:
+        return build(
+            cls,
+            {
+                "throttle_time": 0,
+                "topics": [
+                    {
+                        "name": name,
+                        "partitions": [
+                            {"partition_index": p, "error_code": codes.get((name, p), 0)}
+                            for p in idx
+                        ],
+                    }
+                    for name, idx in order
+                ],
+            },
+        )
+
+    gc = apis.group_coordinator
+    if gc is None:
+        return response(dict.fromkeys(offsets, CoordinatorNotAvailable.error_code))
+    coro = gc.commit_offsets(
+        req.group_id,
+        req.generation_id_or_member_epoch,
+        req.member_id,
+        getattr(req, "group_instance_id", None),
+        offsets,
+    )
+
+    async def respond() -> Any:
+        return response(await coro)
+
+    return respond()
+
+
+def _fetch_group(
+    gc: GroupCoordinator | None, group_id: str, topics: Any
+) -> tuple[int, list[dict[str, Any]]]:
+    """(top-level error, topics) of OffsetFetch for one group."""
+    if gc is None:
+        return CoordinatorNotAvailable.error_code, []
+    wanted: list[tuple[str, int]] | None = (
+        None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+    )
+    err, found = gc.fetch_offsets(group_id, wanted)
+    if err:
+        # Older versions have no top-level error: put it on every partition too.
+        parts = wanted or []
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for name, p in parts:
+            by_topic.setdefault(name, []).append(
+                {
+                    "partition_index": p,
+                    "committed_offset": -1,
+                    "committed_leader_epoch": -1,
+                    "metadata": "",
+                    "error_code": err,
+                }
+            )
+        return err, [{"name": n, "partitions": ps} for n, ps in by_topic.items()]
+    by_topic = {}
+    items = found.items() if wanted is None else ((tp, found[tp]) for tp in wanted)
+    for (name, p), (offset, epoch, metadata) in items:
+        by_topic.setdefault(name, []).append(
+            {
+                "partition_index": p,
+                "committed_offset": offset,
+                "committed_leader_epoch": epoch,
+                "metadata": metadata,
+                "error_code": 0,
+            }
+        )
+    return 0, [{"name": n, "partitions": ps} for n, ps in by_topic.items()]
+
+
+def handle_offset_fetch(apis: KafkaApis, ev: Request) -> Any:
+    req = ev.request
+    cls = response_class(OFFSET_FETCH, ev.api_version)
+    gc = apis.group_coordinator
+    if ev.api_version >= 8:
+        groups = []
+        for g in req.groups:
+            err, topics = _fetch_group(gc, g.group_id, g.topics)
+            groups.append({"group_id": g.group_id, "topics": topics, "error_code": err})
+        return build(cls, {"throttle_time": 0, "groups": groups})
+    err, topics = _fetch_group(gc, req.group_id, req.topics)
+    return build(cls, {"throttle_time": 0, "topics": topics, "error_code": err})
+
+
+# --------------------------------------------------------------------------- admin
+
+
+def handle_describe_groups(apis: KafkaApis, ev: Request) -> Any:
+    req = ev.request
+    cls = response_class(DESCRIBE_GROUPS, ev.api_version)
+    gc = apis.group_coordinator
+    groups = []
+    for group_id in req.groups:
+        if gc is None:
+            groups.append(
+                {
+                    "error_code": CoordinatorNotAvailable.error_code,
+                    "group_id": group_id,
+                    "group_state": "",
+                    "protocol_type": "",
+                    "protocol_data": "",
+                    "members": [],
+                }
+            )
+            continue
+        d = gc.describe_group(group_id)
+        groups.append(
+            {
+                "error_code": d.error_code,
+                "group_id": d.group_id,
+                "group_state": d.state,
+                "protocol_type": d.protocol_type,
+                "protocol_data": d.protocol,
+                "members": [
+                    {
+                        "member_id": m,
+                        "group_instance_id": i,
+                        "client_id": c,
+                        "client_host": h,
+                        "member_metadata": md,
+                        "member_assignment": a,
+                    }
+                    for m, i, c, h, md, a in d.members
+                ],
+                "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+            }
+        )
+    return build(cls, {"throttle_time": 0, "groups": groups})
+
+
+def handle_list_groups(apis: KafkaApis, ev: Request) -> Any:
+    req = ev.request
+    cls = response_class(LIST_GROUPS, ev.api_version)
+    gc = apis.group_coordinator
+    if gc is None:
+        return build(
+            cls,
+            {"throttle_time": 0, "error_code": CoordinatorNotAvailable.error_code, "groups": []},
+        )
+    types = {t.lower() for t in getattr(req, "types_filter", ())}
+    states = list(getattr(req, "states_filter", ())) or None
+    listed = [] if types and "classic" not in types else gc.list_groups(states)
+    return build(
+        cls,
+        {
+            "throttle_time": 0,
+            "error_code": gc.availability_error(),
+            "groups": [
+                {"group_id": g, "protocol_type": pt, "group_state": s, "group_type": "classic"}
+                for g, pt, s in listed
+            ],
+        },
+    )
+
+
+def handle_delete_groups(apis: KafkaApis, ev: Request) -> Any:
+    req = ev.request
+    cls = response_class(DELETE_GROUPS, ev.api_version)
+    names = list(req.groups_names)
+    gc = apis.group_coordinator
+    if gc is None:
+        return build(
+            cls,
+            {
+                "throttle_time": 0,
+                "results": [
+                    {"group_id": g, "error_code": CoordinatorNotAvailable.error_code} for g in names
+                ],
+            },
+        )
+    coro = gc.delete_groups(names)
+
+    async def respond() -> Any:
+        results = await coro
+        return build(
+            cls,
+            {
+                "throttle_time": 0,
+                "results": [{"group_id": g, "error_code": results.get(g, 0)} for g in names],
+            },
+        )
+
+    return respond()

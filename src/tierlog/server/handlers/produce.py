@@ -1,0 +1,89 @@
+"""Produce (0), v3+: one magic-2 batch per partition, appended without decoding a record.
+
+acks=0 requests get no response (the protocol layer knows from the request); acks=1 and
+acks=-1 are answered once the batch is in the log, since this node is the only replica.
+Validation errors are per partition (protocol.md): 2 CORRUPT_MESSAGE, 10 MESSAGE_TOO_LARGE,
+87 INVALID_RECORD, 76 UNSUPPORTED_COMPRESSION_TYPE, 45/47/59 for idempotent producers; an
+idempotent duplicate gets success with the offset of the original append.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
+
+from tierlog.errors import InvalidRequest, InvalidRequiredAcks, UnknownTopicId
+from tierlog.server.handlers._build import build
+from tierlog.server.kafka_apis import CloseConnection, response_class
+from tierlog.server.replica_manager import ProducePartitionResult
+
+if TYPE_CHECKING:
+    from tierlog.server.kafka_apis import KafkaApis, Request
+
+PRODUCE = 0
+
+
+def handle_produce(apis: KafkaApis, ev: Request) -> Any:
+    req = ev.request
+    rm = apis.replica_manager
+    acks = req.acks
+    topics_out: list[dict[str, Any]] = []
+    error: ProducePartitionResult | None = None
+    if acks not in (0, 1, -1):
+        error = ProducePartitionResult(InvalidRequiredAcks.error_code)
+    elif req.transactional_id is not None:
+        error = ProducePartitionResult(
+            InvalidRequest.error_code,
+            error_message="transactions are not supported by this broker",
+        )
+    # Partitions whose appends may fsync (flush.messages set) are appended in a thread.
+    pending: list[tuple[dict[str, Any], Awaitable[ProducePartitionResult]]] = []
+    for t in req.topic_data:
+        name: str | None = getattr(t, "name", None)
+        topic_id = getattr(t, "topic_id", None)
+        missing: ProducePartitionResult | None = None
+        if name is None:  # v13+: topics by id
+            name = apis.topic_name_for_id(topic_id) if topic_id is not None else None
+            if name is None:
+                missing = ProducePartitionResult(UnknownTopicId.error_code)
+        parts = []
+        for pd in t.partition_data:
+            out: dict[str, Any] = {"index": pd.index, "record_errors": ()}
+            r = error or missing
+            if r is None and rm.append_in_thread(name or "", pd.index):
+                pending.append((out, rm.append_records_in_thread(name or "", pd.index, pd.records)))
+            else:
+                _fill(out, r or rm.append_records(name or "", pd.index, pd.records))
+            parts.append(out)
+        topics_out.append({"name": name, "topic_id": topic_id, "partition_responses": parts})
+
+    def finish() -> Any:
+        if acks == 0:
+            failed = [
+                (t["name"], p["index"], p["error_code"])
+                for t in topics_out
+                for p in t["partition_responses"]
+                if p["error_code"]
+            ]
+            if failed:
+                raise CloseConnection(f"acks=0 produce failed: {failed[:5]}")
+            return None
+        return build(response_class(PRODUCE, ev.api_version), {"responses": topics_out})
+
+    if not pending:
+        return finish()
+
+    async def respond() -> Any:
+        for out, aw in pending:
+            _fill(out, await aw)
+        return finish()
+
+    return respond()
+
+
+def _fill(out: dict[str, Any], r: ProducePartitionResult) -> None:
+    out["error_code"] = r.error_code
+    out["base_offset"] = r.base_offset
+    out["log_append_time"] = r.log_append_time
+    out["log_start_offset"] = r.log_start_offset
+    out["error_message"] = r.error_message

@@ -1,0 +1,189 @@
+"""Request dispatch: one handler per API key (Kafka's ``KafkaApis``).
+
+A handler takes the :class:`KafkaApis` (the broker's parts) and one request event, and
+returns the response entity, an awaitable of it (long-polls, group joins), or ``None`` when
+no response is sent (acks=0 Produce). Handlers live in :mod:`tierlog.server.handlers`, one
+module per API family.
+
+Not thread-safe: the event loop thread calls :meth:`KafkaApis.handle`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import types
+import typing
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from kio.index import load_response_schema
+
+from tierlog.errors import InvalidRequest
+
+if TYPE_CHECKING:
+    from tierlog.log.log_manager import LogManager
+    from tierlog.server.group_coordinator import GroupCoordinator
+    from tierlog.server.kafka_config import KafkaConfig
+    from tierlog.server.producer_id_manager import ProducerIdManager
+    from tierlog.server.replica_manager import ReplicaManager
+
+log = logging.getLogger(__name__)
+
+
+class Request(Protocol):
+    """What a handler reads from a request event (tierlog.protocol's RequestEvent)."""
+
+    @property
+    def api_key(self) -> int: ...
+    @property
+    def api_version(self) -> int: ...
+    @property
+    def correlation_id(self) -> int: ...
+    @property
+    def client_id(self) -> str | None: ...
+    @property
+    def request(self) -> Any: ...
+
+
+class CloseConnection(Exception):
+    """Raised by a handler to close the client's connection after the request (Kafka does
+    this for an acks=0 Produce that failed: the client learns of it only by reconnecting
+    and refreshing its metadata)."""
+
+
+HandlerResult = Any  # a kio response entity, an Awaitable of one, or None
+Handler = Callable[["KafkaApis", Any], HandlerResult]
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerEndpoint:
+    """This node as Metadata, FindCoordinator and DescribeCluster present it."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+_NullPlan = tuple[tuple[str, bool, Any, bool], ...]
+_NULL_PLANS: dict[type[Any], _NullPlan] = {}
+
+
+def _null_plan(cls: type[Any]) -> _NullPlan:
+    """Per entity class: (field, may be null, nested entity class, is array) for the fields
+    that can hold None or nested entities."""
+    cached = _NULL_PLANS.get(cls)
+    if cached is not None:
+        return cached
+    plan: list[tuple[str, bool, Any, bool]] = []
+    for f in dataclasses.fields(cls):
+        tp: Any = f.type
+        optional = False
+        if typing.get_origin(tp) in (types.UnionType, typing.Union):
+            args = [a for a in typing.get_args(tp) if a is not type(None)]
+            optional = len(args) < len(typing.get_args(tp))
+            tp = args[0]
+        is_array = typing.get_origin(tp) is tuple
+        inner = typing.get_args(tp)[0] if is_array else tp
+        nested = inner if dataclasses.is_dataclass(inner) else None
+        if (is_array and not optional) or nested is not None:
+            plan.append((f.name, optional, nested, is_array))
+    result = tuple(plan)
+    _NULL_PLANS[cls] = result
+    return result
+
+
+def check_nulls(entity: Any) -> None:
+    """Reject null arrays in fields the schema says are not nullable.
+
+    kio decodes a -1 length as None for any array; Kafka's generated parsers reject it. The
+    handlers rely on the schema (they iterate non-nullable arrays), so this runs first.
+
+    Raises:
+        InvalidRequest: a non-nullable array is null.
+    """
+    for name, optional, nested, is_array in _null_plan(type(entity)):
+        value = getattr(entity, name)
+        if value is None:
+            if not optional:
+                raise InvalidRequest(f"null {type(entity).__name__}.{name} is not allowed")
+            continue
+        if nested is not None:
+            if is_array:
+                for item in value:
+                    check_nulls(item)
+            else:
+                check_nulls(value)
+
+
+@functools.cache
+def response_class(api_key: int, version: int) -> type[Any]:
+    """The kio response class for (api key, version)."""
+    cls: type[Any] = load_response_schema(api_key, version)
+    return cls
+
+
+class KafkaApis:
+    """The broker's parts, as the handlers see them, and the dispatch table."""
+
+    def __init__(
+        self,
+        *,
+        config: KafkaConfig,
+        log_manager: LogManager,
+        replica_manager: ReplicaManager,
+        group_coordinator: GroupCoordinator | None,
+        producer_id_manager: ProducerIdManager,
+        endpoint: BrokerEndpoint,
+        cluster_id: str,
+        on_topics_changed: Callable[[str], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.log_manager = log_manager
+        self.replica_manager = replica_manager
+        self.group_coordinator = group_coordinator
+        self.producer_id_manager = producer_id_manager
+        self.endpoint = endpoint
+        self.cluster_id = cluster_id
+        self.node_id = endpoint.node_id
+        self._on_topics_changed = on_topics_changed
+        #: The client address of the request being dispatched (JoinGroup's client_host).
+        self.client_host = ""
+        from tierlog.server.handlers import HANDLERS
+
+        self._handlers: dict[int, Handler] = dict(HANDLERS)
+
+    def handle(self, ev: Request, client_host: str = "") -> HandlerResult:
+        """The response (or awaitable, or None) for one request event.
+
+        ``client_host`` is the peer address; handlers read it as :attr:`client_host` before
+        their first await.
+
+        Raises:
+            KeyError: no handler for the API key (the protocol layer only lets advertised
+                keys through, so this is a bug or a table mismatch).
+        """
+        self.client_host = client_host
+        handler = self._handlers[ev.api_key]
+        check_nulls(ev.request)
+        return handler(self, ev)
+
+    def supports(self, api_key: int) -> bool:
+        return api_key in self._handlers
+
+    def topic_changed(self, name: str) -> None:
+        """A topic was created, deleted or grew partitions: drop cached partition views."""
+        self.replica_manager.forget_topic(name)
+        if self._on_topics_changed is not None:
+            self._on_topics_changed(name)
+
+    def topic_name_for_id(self, topic_id: uuid.UUID) -> str | None:
+        info = self.log_manager.topic_by_id(topic_id)
+        return None if info is None else str(info.name)
+
+
+AsyncResult = Awaitable[Any]

@@ -1,0 +1,401 @@
+"""The asyncio network layer: listeners, and one protocol object per client connection.
+
+Each connection is a thin shell around the sans-IO :class:`~tierlog.protocol.ServerConnection`
+(framing, request headers, ApiVersions edge cases, frame size limit)::
+
+    bytes in → conn.receive_data → conn.next_event → KafkaApis.handle → conn.send → bytes out
+
+Guarantees:
+
+* Requests of one connection are answered in the order they arrived, even when a later one
+  (a Produce) completes before an earlier one (a long-polling Fetch): responses wait in a
+  per-connection queue until every earlier one is written.
+* Connections never wait for each other: handlers either answer at once or return an
+  awaitable that runs as its own task.
+* Bounded memory per connection (backpressure): when ``max_in_flight`` requests or
+  ``max_in_flight_bytes`` request bytes are unanswered, or the socket's write buffer is over
+  its high-water mark, the connection stops reading; it resumes when responses drain.
+* A malformed or oversized frame, or a handler bug, closes that connection with one log line;
+  the broker keeps serving everybody else.
+
+Output of one pass (several responses) goes out in one ``writelines`` call.
+
+Not thread-safe: everything runs on the event loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from tierlog.errors import ApiError, LocalProtocolError, ProtocolError
+from tierlog.protocol import (
+    NEED_DATA,
+    ConnectionClosed,
+    RequestEvent,
+    ServerConnection,
+    api_name,
+    error_response,
+)
+from tierlog.server.kafka_apis import CloseConnection
+
+log = logging.getLogger(__name__)
+
+#: Unanswered requests per connection before the connection stops reading.
+DEFAULT_MAX_IN_FLIGHT = 64
+#: Unanswered request bytes per connection before it stops reading.
+DEFAULT_MAX_IN_FLIGHT_BYTES = 64 * 1024 * 1024
+#: Transport write buffer high-water mark (asyncio's default, 64 KiB, is small for fetches).
+WRITE_BUFFER_HIGH = 8 * 1024 * 1024
+#: Bytes asked of each recv() (see connection_made).
+READ_SIZE = 2 * 1024 * 1024
+#: sendmsg takes at most IOV_MAX buffers (1024 on Linux).
+_IOV_MAX = 1024
+
+
+class KafkaConnection(asyncio.Protocol):
+    """One client connection (asyncio protocol callbacks → ServerConnection → handlers)."""
+
+    def __init__(self, server: SocketServer) -> None:
+        self._server = server
+        self._conn = ServerConnection(server.max_frame_size)
+        self._transport: asyncio.Transport | None = None
+        self._in_flight_bytes = 0
+        self._reading_paused = False
+        self._writing_paused = False
+        self._closing = False
+        self._eof = False
+        self._out: list[Any] = []
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._raw_sock: socket.socket | None = None
+        self.peer = "?"
+        self.peer_host = ""
+
+    # ----------------------------------------------------------------- asyncio callbacks
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            self.peer = f"{peer[0]}:{peer[1]}"
+            self.peer_host = str(peer[0])
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+            self._server.apply_socket_options(sock)
+            try:
+                # A duplicate descriptor of the same connection, for sendmsg (see _write).
+                self._raw_sock = sock.dup()
+            except OSError:
+                self._raw_sock = None
+        transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)
+        if hasattr(transport, "max_size"):
+            # CPython's selector transport reads at most 256 KiB per recv(); produce frames
+            # are ~1 MiB, so the codec would join four chunks (a copy) per request.
+            transport.max_size = READ_SIZE
+        self._server.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closing = True
+        if self._raw_sock is not None:
+            self._raw_sock.close()
+            self._raw_sock = None
+        self._server.connections.discard(self)
+        for t in list(self._tasks):
+            t.cancel()
+        self._tasks.clear()
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        self._conn.receive_data(data)
+        self._pump()
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        if not self._closing:
+            self._conn.receive_data(b"")
+            self._pump()
+        # Keep the transport open until the answers already owed are written.
+        return True
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        if self._reading_paused:
+            self._pump()
+
+    # ----------------------------------------------------------------- request flow
+
+    def _over_limits(self) -> bool:
+        s = self._server
+        return (
+            self._writing_paused
+            or self._conn.in_flight >= s.max_in_flight
+            or self._in_flight_bytes >= s.max_in_flight_bytes
+        )
+
+    def _pump(self) -> None:
+        """Take request events from the codec while the limits allow, then flush output."""
+        conn = self._conn
+        while not self._closing:
+            if self._over_limits():
+                self._pause_reading()
+                break
+            try:
+                ev = conn.next_event()
+            except ProtocolError as e:
+                self._protocol_error(e)
+                return
+            if ev is NEED_DATA:
+                self._resume_reading()
+                break
+            if isinstance(ev, ConnectionClosed):
+                self._eof = True
+                break
+            self._dispatch(ev)  # type: ignore[arg-type]
+        self._flush()
+
+    def _dispatch(self, ev: RequestEvent) -> None:
+        if ev.response is not None:  # answered by the codec (unsupported versions)
+            self._respond(ev, ev.response)
+            return
+        try:
+            result = self._server.handle(ev, self.peer_host)
+        except CloseConnection as e:
+            log.info("closing connection from %s: %s", self.peer, e)
+            self._flush()  # the answers owed to earlier requests first
+            self._abort_after_flush()
+            return
+        except Exception as e:
+            self._handler_failed(ev, e)
+            return
+        if inspect.isawaitable(result):
+            if ev.expects_response:
+                self._in_flight_bytes += ev.size
+            task = asyncio.ensure_future(result)
+            self._tasks.add(task)
+            task.add_done_callback(lambda t: self._task_done(t, ev))
+        elif ev.expects_response:
+            self._respond(ev, result)
+
+    def _task_done(self, task: asyncio.Task[Any], ev: RequestEvent) -> None:
+        self._tasks.discard(task)
+        if task.cancelled() or self._closing:
+            return
+        if ev.expects_response:
+            self._in_flight_bytes -= ev.size
+        exc = task.exception()
+        if isinstance(exc, CloseConnection):
+            log.info("closing connection from %s: %s", self.peer, exc)
+            self._flush()
+            self._abort_after_flush()
+            return
+        if exc is not None:
+            self._handler_failed(ev, exc)
+        elif ev.expects_response:
+            self._respond(ev, task.result())
+        self._flush()
+        if self._reading_paused and not self._over_limits():
+            self._pump()
+
+    def _handler_failed(self, ev: RequestEvent, exc: BaseException) -> None:
+        """An ApiError raised by a handler (a request the handler refuses as a whole) is
+        answered with its code; anything else is a handler bug: UNKNOWN_SERVER_ERROR and a
+        traceback in the log. The connection stays usable either way."""
+        if isinstance(exc, ApiError):
+            log.warning(
+                "%s v%d from %s (client_id=%r, correlation_id=%d) refused: %s",
+                api_name(ev.api_key),
+                ev.api_version,
+                self.peer,
+                ev.client_id,
+                ev.correlation_id,
+                exc,
+            )
+        else:
+            log.error(
+                "%s v%d from %s (client_id=%r, correlation_id=%d) failed",
+                api_name(ev.api_key),
+                ev.api_version,
+                self.peer,
+                ev.client_id,
+                ev.correlation_id,
+                exc_info=exc,
+            )
+        if not ev.expects_response:
+            return
+        try:
+            resp = error_response(ev, exc if isinstance(exc, ApiError) else -1)
+        except Exception:
+            log.exception("closing connection from %s: no error response possible", self.peer)
+            self._abort()
+            return
+        self._respond(ev, resp)
+
+    def _respond(self, ev: RequestEvent, response: Any) -> None:
+        try:
+            parts = self._conn.send_buffers(ev, response)
+        except LocalProtocolError as e:
+            log.error(
+                "cannot encode the %s v%d response for %s: %s",
+                api_name(ev.api_key),
+                ev.api_version,
+                self.peer,
+                e,
+            )
+            try:
+                parts = self._conn.send_buffers(ev, error_response(ev, -1))
+            except Exception:
+                self._abort()
+                return
+        if parts:
+            self._out.extend(parts)
+
+    def _flush(self) -> None:
+        """Write everything encoded so far in one call."""
+        if self._out and self._transport is not None and not self._closing:
+            out, self._out = self._out, []
+            self._write(out)
+        if self._eof and not self._conn.in_flight and not self._tasks:
+            self._finish()
+
+    def _write(self, parts: list[Any]) -> None:
+        """``writelines`` without its copies where possible.
+
+        Python 3.11's ``writelines`` joins the buffers (a copy of every fetched byte) and
+        the transport copies what the socket does not take at once. When nothing is queued
+        in the transport, hand the buffers (records included, uncopied) to ``sendmsg`` on
+        our duplicate of the socket; only the part the kernel did not take goes through the
+        transport. Ordering holds because the transport's queue is empty at that moment.
+        """
+        t = self._transport
+        assert t is not None
+        raw = self._raw_sock
+        if raw is None or t.get_write_buffer_size() or len(parts) > _IOV_MAX:
+            t.writelines(parts)
+            return
+        try:
+            sent = raw.sendmsg(parts)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:
+            t.writelines(parts)  # the transport reports the error its own way
+            return
+        for i, part in enumerate(parts):
+            n = len(part)
+            if sent < n:
+                rest = parts[i:]
+                if sent:
+                    rest[0] = memoryview(part)[sent:]
+                t.writelines(rest)
+                return
+            sent -= n
+
+    def _finish(self) -> None:
+        if self._transport is not None and not self._closing:
+            self._closing = True
+            self._transport.close()
+
+    # ----------------------------------------------------------------- flow control
+
+    def _pause_reading(self) -> None:
+        if not self._reading_paused and self._transport is not None:
+            self._reading_paused = True
+            self._transport.pause_reading()
+
+    def _resume_reading(self) -> None:
+        if self._reading_paused and self._transport is not None:
+            self._reading_paused = False
+            if not self._eof:
+                self._transport.resume_reading()
+
+    # ----------------------------------------------------------------- closing
+
+    def _protocol_error(self, e: Exception) -> None:
+        log.warning("closing connection from %s: %s", self.peer, e)
+        self._abort()
+
+    def _abort_after_flush(self) -> None:
+        """Close once what is written so far has left (``close`` flushes, ``abort`` drops)."""
+        self._closing = True
+        if self._transport is not None:
+            self._transport.close()
+
+    def _abort(self) -> None:
+        self._closing = True
+        if self._transport is not None:
+            self._transport.abort()
+
+    def close(self) -> None:
+        """Close now (broker shutdown); unanswered requests are dropped."""
+        self._abort()
+
+
+class SocketServer:
+    """Kafka listeners on one event loop; ``handle`` is KafkaApis.handle."""
+
+    def __init__(
+        self,
+        handle: Callable[[Any, str], Any],
+        *,
+        max_frame_size: int,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        max_in_flight_bytes: int = DEFAULT_MAX_IN_FLIGHT_BYTES,
+        send_buffer_bytes: int | None = None,
+        receive_buffer_bytes: int | None = None,
+    ) -> None:
+        self.handle = handle
+        self.max_frame_size = max_frame_size
+        self.max_in_flight = max_in_flight
+        self.max_in_flight_bytes = max(max_in_flight_bytes, max_frame_size)
+        self.send_buffer_bytes = send_buffer_bytes
+        self.receive_buffer_bytes = receive_buffer_bytes
+        self.connections: set[KafkaConnection] = set()
+        self._servers: list[asyncio.Server] = []
+
+    def apply_socket_options(self, sock: socket.socket) -> None:
+        try:
+            if self.send_buffer_bytes and self.send_buffer_bytes > 0:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer_bytes)
+            if self.receive_buffer_bytes and self.receive_buffer_bytes > 0:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer_bytes)
+        except OSError:
+            pass
+
+    async def listen(self, host: str, port: int) -> tuple[str, int]:
+        """Start one listener; returns the bound (host, port) (port 0 picks a free one)."""
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(
+            lambda: KafkaConnection(self),
+            host=host or None,
+            port=port,
+            reuse_address=True,
+            backlog=1024,
+        )
+        self._servers.append(server)
+        sockname = server.sockets[0].getsockname()
+        return str(sockname[0]), int(sockname[1])
+
+    async def stop(self) -> None:
+        """Stop accepting and close every connection."""
+        for s in self._servers:
+            s.close()
+        for c in list(self.connections):
+            c.close()
+        for s in self._servers:
+            try:
+                await asyncio.wait_for(s.wait_closed(), 5)
+            except TimeoutError:
+                pass
+        self._servers.clear()

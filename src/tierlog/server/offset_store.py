@@ -1,0 +1,130 @@
+"""The group coordinator's persistence: the internal topic ``__consumer_offsets``.
+
+The coordinator writes ``(key, value)`` records (Kafka's OffsetCommit / GroupMetadata key and
+value schemas; a ``None`` value is a tombstone) to partition ``partition_for(group_id)`` of the
+topic, and rebuilds its state at startup by replaying each partition from its log start:
+last value per key wins, a tombstone removes the key ("compaction by replay").
+
+The topic is created at broker startup with ``offsets.topic.num.partitions`` partitions,
+``cleanup.policy=compact`` and ``segment.bytes=offsets.topic.segment.bytes``.
+
+Not thread-safe: use from the event loop thread. :meth:`append` is not idempotent (a retry
+appends again, which replay folds into the same state).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
+
+from tierlog.errors import ApiError, CoordinatorNotAvailable, KafkaStorageError
+from tierlog.records.default_records import build_batch, iter_records
+from tierlog.server.replica_manager import GROUP_METADATA_TOPIC_NAME
+
+if TYPE_CHECKING:
+    from tierlog.log.log_manager import LogManager
+    from tierlog.server.replica_manager import ReplicaManager
+
+log = logging.getLogger(__name__)
+
+_REPLAY_CHUNK = 1 << 20
+
+
+def offsets_topic_configs(segment_bytes: int) -> dict[str, str]:
+    """Topic configs of ``__consumer_offsets`` (Kafka's GroupCoordinator.offsetsTopicConfigs)."""
+    return {
+        "cleanup.policy": "compact",
+        "compression.type": "producer",
+        "segment.bytes": str(segment_bytes),
+    }
+
+
+def ensure_offsets_topic(log_manager: LogManager, num_partitions: int, segment_bytes: int) -> int:
+    """Create ``__consumer_offsets`` when missing; its partition count (fixed once created)."""
+    info = log_manager.topic(GROUP_METADATA_TOPIC_NAME)
+    if info is None:
+        info = log_manager.create_topic(
+            GROUP_METADATA_TOPIC_NAME, num_partitions, offsets_topic_configs(segment_bytes)
+        )
+        log.info("created %s with %d partitions", GROUP_METADATA_TOPIC_NAME, num_partitions)
+    elif info.num_partitions != num_partitions:
+        log.warning(
+            "%s has %d partitions; offsets.topic.num.partitions=%d is ignored once the topic "
+            "exists",
+            GROUP_METADATA_TOPIC_NAME,
+            info.num_partitions,
+            num_partitions,
+        )
+    return int(info.num_partitions)
+
+
+class OffsetStore:
+    """The coordinator's ``OffsetStore`` on the logs of ``__consumer_offsets``."""
+
+    def __init__(self, replica_manager: ReplicaManager) -> None:
+        self._rm = replica_manager
+
+    def _log(self, partition: int):  # type: ignore[no-untyped-def]
+        p = self._rm.get_partition(GROUP_METADATA_TOPIC_NAME, partition)
+        if p is None:
+            raise CoordinatorNotAvailable(
+                f"{GROUP_METADATA_TOPIC_NAME}-{partition} is not available"
+            )
+        return p
+
+    async def append(self, partition: int, records: Sequence[tuple[bytes, bytes | None]]) -> None:
+        """Append ``records`` as one batch; returns once they are in the log.
+
+        Raises:
+            CoordinatorNotAvailable: the partition does not exist.
+            KafkaStorageError: the append failed.
+        """
+        if not records:
+            return
+        now = int(time.time() * 1000)
+        batch = build_batch([(now, k, v) for k, v in records])
+        p = self._log(partition)
+        r = self._rm.append_records(GROUP_METADATA_TOPIC_NAME, partition, batch, internal=True)
+        if r.error_code:
+            raise KafkaStorageError(
+                f"append to {GROUP_METADATA_TOPIC_NAME}-{partition} failed: "
+                f"error {r.error_code} {r.error_message or ''}"
+            )
+        del p
+
+    def replay(self, partition: int) -> Iterable[tuple[bytes, bytes | None]]:
+        """Every record of the partition, oldest first (keys without a key are skipped)."""
+        return self._iter(partition)
+
+    def _iter(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
+        lg = self._log(partition).log
+        offset = int(lg.log_start_offset)
+        end = int(lg.log_end_offset)
+        while offset < end:
+            try:
+                data = lg.read(offset, _REPLAY_CHUNK, max_offset=end, min_one_message=True)
+            except ApiError as e:
+                log.error(
+                    "replay of %s-%d stopped at %d: %s",
+                    GROUP_METADATA_TOPIC_NAME,
+                    partition,
+                    offset,
+                    e,
+                )
+                return
+            buf = data.records
+            if not buf:
+                return
+            progressed = False
+            for header, recs in iter_records(buf, check_crc=False):
+                for r in recs:
+                    if r.offset >= offset and r.key is not None:
+                        yield r.key, r.value
+                nxt = header.last_offset + 1
+                if nxt > offset:
+                    offset = nxt
+                    progressed = True
+            if not progressed:
+                return

@@ -1,0 +1,187 @@
+"""Fixtures that run ``tierlog serve`` as a real subprocess on a free loopback port.
+
+* ``broker`` (session): one broker shared by the tests that do not restart it; each test uses
+  its own topic and group names (``unique``).
+* ``fresh_broker`` (function): a broker of its own, for restart and crash tests.
+
+The broker's stderr goes to ``<tmp>/broker.log``; a failing test prints its tail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# kafka-python 3.0.12 uses importlib.resources.read_text, deprecated in 3.11: import it once
+# with that warning silenced (pytest turns warnings into errors); later imports are cached.
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    import kafka
+    import kafka.admin
+    import kafka.protocol.admin
+    import kafka.protocol.consumer
+    import kafka.protocol.metadata
+    import kafka.protocol.parser
+    import kafka.protocol.producer
+    import kafka.record.memory_records  # noqa: F401
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class BrokerProcess:
+    """A ``tierlog serve`` child process with its own log dir and port."""
+
+    def __init__(self, workdir: Path, *overrides: str, port: int | None = None) -> None:
+        self.workdir = workdir
+        self.log_dir = workdir / "logs"
+        self.port = port or free_port()
+        self.overrides = [
+            f"listeners=PLAINTEXT://127.0.0.1:{self.port}",
+            f"log.dirs={self.log_dir}",
+            "group.initial.rebalance.delay.ms=200",
+            *overrides,
+        ]
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = workdir / "broker.log"
+        self.starts = 0
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> None:
+        args = [sys.executable, "-m", "tierlog.cli", "serve"]
+        for o in self.overrides:
+            args += ["--override", o]
+        env = dict(os.environ)
+        env.setdefault("TIERLOG_LOG_LEVEL", "INFO")
+        self.starts += 1
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n===== start #{self.starts} =====\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(
+                args, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir, env=env
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"broker exited with {self.proc.returncode} during startup:\n{self.tail()}"
+                )
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"broker did not listen within {timeout}s:\n{self.tail()}")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        """Signal the broker and wait; its exit code."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise RuntimeError(f"broker did not stop on signal {sig}:\n{self.tail()}") from None
+        return int(self.proc.returncode)
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def tail(self, n: int = 60) -> str:
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(lines[-n:])
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@contextlib.contextmanager
+def running_broker(
+    workdir: Path, *overrides: str, port: int | None = None
+) -> Iterator[BrokerProcess]:
+    workdir.mkdir(parents=True, exist_ok=True)
+    b = BrokerProcess(workdir, *overrides, port=port)
+    b.start()
+    try:
+        yield b
+    finally:
+        if b.alive():
+            with contextlib.suppress(RuntimeError):
+                b.stop()
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    with running_broker(tmp_path_factory.mktemp("broker")) as b:
+        yield b
+        assert b.alive(), f"the shared broker died:\n{b.tail()}"
+
+
+@pytest.fixture
+def fresh_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    with running_broker(tmp_path / "broker") as b:
+        yield b
+
+
+@pytest.fixture
+def unique() -> str:
+    """A name fragment unique to the test (topics and groups of the shared broker)."""
+    return uuid.uuid4().hex[:10]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.integration)
+            # Client libraries (kafka-python) leave sockets to the GC when a broker restarts
+            # under them; that is theirs, not ours.
+            item.add_marker(pytest.mark.filterwarnings("ignore::ResourceWarning"))
+            item.add_marker(
+                pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+            )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.when == "call" and report.failed:
+        for name in ("fresh_broker", "broker"):
+            b = item.funcargs.get(name) if hasattr(item, "funcargs") else None  # type: ignore[attr-defined]
+            if isinstance(b, BrokerProcess):
+                report.sections.append((f"{name} log tail", b.tail(80)))

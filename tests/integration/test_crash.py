@@ -1,0 +1,96 @@
+"""Crash test: an idempotent acks=all producer at full speed while the broker is killed with
+SIGKILL at random moments, 20 times, and restarted. Every acknowledged record must be read
+back exactly once, at the offset it was acknowledged with, in produce order."""
+
+from __future__ import annotations
+
+import random
+import signal
+import threading
+import time
+
+import pytest
+from confluent_kafka import Producer
+
+from tests.integration.clients import cf_consume
+
+KILLS = 20
+
+
+@pytest.mark.slow
+def test_sigkill_loop_loses_and_duplicates_nothing_acknowledged(fresh_broker):
+    b = fresh_broker
+    rng = random.Random(20260)
+    topic = "crash"
+    acked: dict[int, int] = {}  # sequence number -> offset
+    failed: list[str] = []
+    stop = threading.Event()
+    fatal: list[str] = []
+
+    def on_delivery(err, msg):
+        if err is not None:
+            failed.append(str(err))
+            if err.fatal():
+                fatal.append(str(err))
+        else:
+            acked[int(msg.value())] = msg.offset()
+
+    p = Producer(
+        {
+            "bootstrap.servers": b.bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 2,
+            "message.timeout.ms": 120_000,
+            "retry.backoff.ms": 50,
+            "reconnect.backoff.ms": 20,
+            "reconnect.backoff.max.ms": 200,
+            "socket.connection.setup.timeout.ms": 2000,
+        }
+    )
+    produced = 0
+
+    def produce_loop() -> None:
+        nonlocal produced
+        while not stop.is_set():
+            try:
+                p.produce(topic, value=str(produced).encode(), on_delivery=on_delivery)
+                produced += 1
+            except BufferError:
+                p.poll(0.01)
+                continue
+            if produced % 500 == 0:
+                p.poll(0)
+
+    t = threading.Thread(target=produce_loop, daemon=True)
+    t.start()
+    try:
+        for _ in range(KILLS):
+            time.sleep(rng.uniform(0.2, 1.2))
+            b.stop(signal.SIGKILL)
+            time.sleep(rng.uniform(0.0, 0.3))
+            b.start()
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        t.join(10)
+    assert p.flush(120) == 0, "records still in flight after 120 s"
+    assert not fatal, fatal[:3]
+    assert len(acked) > 1000, f"only {len(acked)} records acknowledged"
+
+    log_end = max(acked.values()) + 1
+    msgs = cf_consume(b.bootstrap, topic, log_end + 1000, timeout=20)
+    seqs = [int(m.value()) for m in msgs]
+    offsets = [m.offset() for m in msgs]
+    assert offsets == list(range(len(msgs))), "gaps or reordering in the offsets"
+    seen_at = {}
+    for off, s in zip(offsets, seqs, strict=True):
+        assert s not in seen_at, f"record {s} is in the log twice (offsets {seen_at[s]}, {off})"
+        seen_at[s] = off
+    for s, off in acked.items():
+        assert seen_at.get(s) == off, f"acknowledged record {s} not at its offset {off}"
+    assert seqs == sorted(seqs), "records are out of produce order"
+    print(
+        f"{b.starts - 1} kills, {len(acked)} acknowledged, {len(msgs)} in the log, "
+        f"{len(failed)} delivery errors"
+    )

@@ -1,0 +1,158 @@
+"""The asyncio network layer in-process, with stand-in handlers: ordering of responses that
+finish out of order, acks=0 (no response), handler failures answered with an error, bad
+frames closing only their connection, and backpressure."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import struct
+
+from kio.index import load_response_schema
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.metadata.v12.request import MetadataRequest
+
+from tests.integration.wire import decode, encode
+from tierlog.protocol import api_versions_response
+from tierlog.server.network import SocketServer
+
+
+def _api_versions() -> ApiVersionsRequest:
+    return ApiVersionsRequest(client_software_name="t", client_software_version="1")
+
+
+def _metadata() -> MetadataRequest:
+    return MetadataRequest(
+        topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+    )
+
+
+class Handler:
+    """ApiVersions answers at once; Metadata after ``delay`` seconds (then the next one
+    faster), so later requests finish first."""
+
+    def __init__(self) -> None:
+        self.delays = [0.3, 0.0]
+        self.calls = 0
+        self.fail = False
+
+    def __call__(self, ev, host):
+        self.calls += 1
+        if self.fail:
+            raise RuntimeError("handler bug")
+        if ev.api_key == 18:
+            return api_versions_response(ev.api_version)
+        delay = self.delays.pop(0) if self.delays else 0.0
+        cls = load_response_schema(3, ev.api_version)
+
+        async def later():
+            await asyncio.sleep(delay)
+            return cls(
+                throttle_time=datetime.timedelta(0),
+                brokers=(),
+                cluster_id="c",
+                controller_id=0,
+                topics=(),
+            )
+
+        return later()
+
+
+async def _serve(handler, **kw):
+    server = SocketServer(handler, max_frame_size=kw.pop("max_frame_size", 1 << 20), **kw)
+    _, port = await server.listen("127.0.0.1", 0)
+    return server, port
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> bytes:
+    (size,) = struct.unpack(">i", await reader.readexactly(4))
+    return await reader.readexactly(size)
+
+
+def test_responses_leave_in_request_order():
+    async def main():
+        server, port = await _serve(Handler())
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(encode(_metadata(), 1) + encode(_metadata(), 2) + encode(_api_versions(), 3))
+        got = []
+        for key, ver in ((3, 12), (3, 12), (18, 3)):
+            cid, _ = decode(await _read_frame(reader), key, ver)
+            got.append(cid)
+        writer.close()
+        await server.stop()
+        return got
+
+    assert asyncio.run(main()) == [1, 2, 3]
+
+
+def test_handler_failure_is_answered_and_the_connection_survives():
+    async def main():
+        h = Handler()
+        server, port = await _serve(h)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        h.fail = True
+        writer.write(encode(_metadata(), 1))
+        cid, resp = decode(await _read_frame(reader), 3, 12)
+        assert cid == 1 and resp.topics == ()
+        h.fail = False
+        writer.write(encode(_api_versions(), 2))
+        cid, resp = decode(await _read_frame(reader), 18, 3)
+        writer.close()
+        await server.stop()
+        return cid, resp.error_code
+
+    assert asyncio.run(main()) == (2, 0)
+
+
+def test_oversized_and_garbage_frames_close_only_their_connection():
+    async def main():
+        server, port = await _serve(Handler(), max_frame_size=1000)
+        good_r, good_w = await asyncio.open_connection("127.0.0.1", port)
+        for bad in (struct.pack(">i", 5000) + b"x" * 10, struct.pack(">i", 10) + b"\xff" * 10):
+            r, w = await asyncio.open_connection("127.0.0.1", port)
+            w.write(bad)
+            assert await asyncio.wait_for(r.read(), 5) == b""  # closed by the broker
+            w.close()
+        good_w.write(encode(_api_versions(), 9))
+        cid, _ = decode(await _read_frame(good_r), 18, 3)
+        good_w.close()
+        await server.stop()
+        return cid
+
+    assert asyncio.run(main()) == 9
+
+
+def test_backpressure_stops_reading_while_too_much_is_in_flight():
+    async def main():
+        h = Handler()
+        h.delays = [0.1] * 100
+        server, port = await _serve(h, max_in_flight=4)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"".join(encode(_metadata(), i) for i in range(1, 21)))
+        await asyncio.sleep(0.05)
+        in_flight_calls = h.calls  # the handler saw at most max_in_flight requests
+        got = [decode(await _read_frame(reader), 3, 12)[0] for _ in range(20)]
+        writer.close()
+        await server.stop()
+        return in_flight_calls, got
+
+    calls, got = asyncio.run(main())
+    assert calls <= 4
+    assert got == list(range(1, 21))
+
+
+def test_eof_after_requests_still_gets_the_answers():
+    async def main():
+        server, port = await _serve(Handler())
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(encode(_metadata(), 1) + encode(_api_versions(), 2))
+        writer.write_eof()
+        a = decode(await _read_frame(reader), 3, 12)[0]
+        b = decode(await _read_frame(reader), 18, 3)[0]
+        rest = await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+        await writer.wait_closed()
+        await server.stop()
+        return a, b, rest
+
+    assert asyncio.run(main()) == (1, 2, b"")
