@@ -924,7 +924,10 @@ class Log:
     def _run_flusher(self) -> None:
         while True:
             with self._flusher_lock:
-                target = self._pending_flush_offset
+                # A truncation may have moved the log end below a pending target: flush()
+                # caps at the log end, so clamp here or the loop would never finish.
+                target = min(self._pending_flush_offset, self._leo.offset)
+                self._pending_flush_offset = target
                 if target <= self._recovery_point or self._closed:
                     self._flusher = None
                     return
