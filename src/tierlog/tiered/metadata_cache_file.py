@@ -56,6 +56,7 @@ from typing import Any
 import crc32c
 
 from tierlog.errors import CorruptMetadataCacheError
+from tierlog.records.varint import encode_varlong
 from tierlog.tiered._columns import IntColumn
 from tierlog.tiered.remote_log_metadata_cache import (
     EpochState,
@@ -82,16 +83,13 @@ _BIG_ENDIAN = sys.byteorder == "big"
 
 
 def _uvarint(n: int) -> bytes:
+    # Unbounded, unlike records.varint's uint32 encoder: reference masks can exceed 32 bits.
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
         n >>= 7
     out.append(n)
     return bytes(out)
-
-
-def _zigzag(n: int) -> bytes:
-    return _uvarint(n << 1 if n >= 0 else ((-n) << 1) - 1)
 
 
 def _le_bytes(arr: array[int]) -> bytes:
@@ -121,7 +119,7 @@ def encode(cache: RemoteLogMetadataCache, offsets: Mapping[int, int]) -> bytes:
     for m in cache._maps:
         maps += _uvarint(len(m))
         for e, rel in m:
-            maps += _zigzag(e) + _zigzag(rel)
+            maps += encode_varlong(e) + encode_varlong(rel)
     parts.append(_entry(ENTRY_MAPS, bytes(maps)))
 
     epochs = bytearray(_uvarint(len(cache._epochs)))

@@ -51,6 +51,7 @@ import uuid
 from collections.abc import Mapping
 
 from tierlog.errors import CorruptMetadataError
+from tierlog.records.varint import encode_unsigned_varint
 from tierlog.tiered.remote_log_segment_metadata import (
     RemoteLogMetadata,
     RemoteLogSegmentId,
@@ -89,24 +90,15 @@ _EVENT_FIXED = struct.Struct(">iq")
 # ------------------------------------------------------------------------------ encoding
 
 
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _compact_string(s: str) -> bytes:
     raw = s.encode("utf-8")
-    return _uvarint(len(raw) + 1) + raw
+    return encode_unsigned_varint(len(raw) + 1) + raw
 
 
 def _compact_nullable_bytes(b: bytes | None) -> bytes:
     if b is None:
         return b"\x00"
-    return _uvarint(len(b) + 1) + b
+    return encode_unsigned_varint(len(b) + 1) + b
 
 
 def _topic_id_partition(tp: TopicIdPartition) -> bytes:
@@ -118,7 +110,7 @@ def _segment_id_entry(sid: RemoteLogSegmentId) -> bytes:
 
 
 def _leader_epochs(epochs: Mapping[int, int]) -> bytes:
-    parts = [_uvarint(len(epochs) + 1)]
+    parts = [encode_unsigned_varint(len(epochs) + 1)]
     for epoch, offset in epochs.items():
         parts.append(_EPOCH_ENTRY.pack(epoch, offset))
         parts.append(b"\x00")
