@@ -444,4 +444,15 @@ class CorruptMetadataCacheError(StorageError):
     """A remote log metadata cache file is missing, truncated or fails its CRC; re-read the topic."""
 
 
+# --------------------------------------------------------------------------- Spark data source
+
+
+class DataLossError(TierlogError):
+    """Offsets a read needs are gone from the log (retention, DeleteRecords, topic deletion) and the source option ``failOnDataLoss`` is true."""
+
+
+class DeliveryError(TierlogError):
+    """The Spark sink could not deliver a record (the task fails and Spark retries it)."""
+
+
 __all__ = [name for name, obj in globals().items() if isinstance(obj, type)] + ["for_code"]

@@ -1,0 +1,298 @@
+"""Direct remote reads: data partly remote, partly local; on a local dir and on SeaweedFS (S3).
+
+The topic's rolled segments are tiered with tiered storage's own RemoteStorageManager and
+metadata records (tests/spark/tiering.py); the active segments stay local only. Reading with
+``tierlog.remote.*`` options must give exactly the rows reading through the broker gives.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.spark.conftest import (
+    S3_ACCESS_KEY,
+    S3_BUCKET,
+    S3_SECRET_KEY,
+    BrokerProcess,
+    create_topic,
+    produce,
+)
+from tests.spark.test_batch_read import as_dicts
+from tests.spark.tiering import tier_rolled_segments
+from tierlog.spark.options import parse_source_options
+from tierlog.spark.planning import Planner
+from tierlog.tiered import RemoteLogSegmentMetadata
+
+T0 = 1_700_000_000_000
+TOPIC = "tiered"
+PER_PARTITION = 1500
+
+
+@dataclass
+class Tiered:
+    broker: BrokerProcess
+    remote: dict[str, str]  # tierlog.remote.* options
+    segments: list[RemoteLogSegmentMetadata]
+    remote_dir: Path | None
+
+    def options(self, **extra: str) -> dict[str, str]:
+        return {
+            "kafka.bootstrap.servers": self.broker.bootstrap,
+            "subscribe": TOPIC,
+            **{f"tierlog.remote.{k}": v for k, v in self.remote.items()},
+            **extra,
+        }
+
+
+@pytest.fixture(scope="module", params=["local-dir", "seaweedfs"])
+def tiered(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    workdir = tmp_path_factory.mktemp(f"tiered-{request.param}")
+    remote_dir = None
+    if request.param == "seaweedfs":
+        endpoint = request.getfixturevalue("seaweedfs_endpoint")
+        rsm_config = {
+            "uri": f"s3://{S3_BUCKET}/{uuid.uuid4().hex}",
+            "s3.endpoint": endpoint,
+            "s3.region": "us-east-1",
+            "s3.access.key": S3_ACCESS_KEY,
+            "s3.secret.key": S3_SECRET_KEY,
+        }
+    else:
+        remote_dir = workdir / "remote"
+        rsm_config = {"uri": f"file://{remote_dir}"}
+    broker = BrokerProcess(workdir)
+    broker.start()
+    try:
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        create_topic(admin, TOPIC, 2, **{"segment.bytes": "32768", "index.interval.bytes": "2048"})
+        for start in range(0, PER_PARTITION, 250):
+            produce(
+                broker.bootstrap,
+                TOPIC,
+                [
+                    {
+                        "key": b"k%d" % i,
+                        "value": b"%05d" % i + bytes(95),
+                        "partition": p,
+                        "timestamp": T0 + i,
+                        "headers": [("n", b"%d" % i)] if i % 5 == 0 else [],
+                    }
+                    for p in range(2)
+                    for i in range(start, start + 250)
+                ],
+                **{"compression.type": "lz4" if start % 500 else "none"},
+            )
+        broker.stop()
+        segments = tier_rolled_segments(workdir / "logs", TOPIC, rsm_config)
+        broker.start()
+        yield Tiered(broker, rsm_config, segments, remote_dir)
+    finally:
+        broker.stop()
+
+
+def read(spark: Any, options: dict[str, str]) -> Any:
+    r = spark.read.format("tierlog")
+    for k, v in options.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+def test_most_data_is_remote(tiered: Tiered) -> None:
+    for p in range(2):
+        segs = [s for s in tiered.segments if s.topic_id_partition.partition == p]
+        assert len(segs) >= 3
+        assert segs[-1].end_offset + 1 >= PER_PARTITION // 2  # at least half is tiered
+        assert segs[-1].end_offset + 1 < PER_PARTITION  # and the tail is local only
+    opts = parse_source_options(tiered.options(), streaming=False)
+    with Planner(opts) as planner:
+        ranges = planner.plan_batch()
+    remote = [r for r in ranges if r.segment is not None]
+    assert len(remote) == len(tiered.segments)  # one input partition per remote segment
+    assert {r.partition for r in ranges if r.segment is None} == {0, 1}  # plus the tails
+    assert sum(r.size for r in ranges) == 2 * PER_PARTITION
+
+
+def test_same_rows_from_remote_storage_and_through_the_broker(spark: Any, tiered: Tiered) -> None:
+    direct = read(spark, tiered.options(includeHeaders="true"))
+    assert direct.rdd.getNumPartitions() == len(tiered.segments) + 2
+    through_broker = {
+        k: v for k, v in tiered.options(includeHeaders="true").items() if "remote" not in k
+    }
+    rows = as_dicts(direct)
+    assert rows == as_dicts(read(spark, through_broker))
+    assert len(rows) == 2 * PER_PARTITION
+    assert [r["offset"] for r in rows if r["partition"] == 1] == list(range(PER_PARTITION))
+    first = rows[0]
+    assert first["key"] == b"k0" and first["value"] == b"00000" + bytes(95)
+    assert first["headers"] == [{"key": "n", "value": b"0"}]
+    assert first["timestamp"] == T0
+
+
+def test_ranges_inside_segments_and_split(spark: Any, tiered: Tiered) -> None:
+    # Start in the middle of a remote segment (offset index lookup), end in the local tail,
+    # and split into more pieces than there are segments.
+    seg = [s for s in tiered.segments if s.topic_id_partition.partition == 0][1]
+    start = (seg.start_offset + seg.end_offset) // 2
+    options = tiered.options(
+        startingOffsets=f'{{"{TOPIC}":{{"0":{start},"1":-2}}}}',
+        endingOffsets=f'{{"{TOPIC}":{{"0":{PER_PARTITION - 3},"1":-1}}}}',
+        minPartitions="40",
+    )
+    options.pop("subscribe")
+    options["assign"] = f'{{"{TOPIC}":[0,1]}}'
+    df = read(spark, options)
+    assert df.rdd.getNumPartitions() >= 40
+    got = sorted((r["partition"], r["offset"], bytes(r["value"][:5])) for r in df.collect())
+    want = [(0, i, b"%05d" % i) for i in range(start, PER_PARTITION - 3)] + [
+        (1, i, b"%05d" % i) for i in range(PER_PARTITION)
+    ]
+    assert got == want
+
+
+def test_remote_objects_are_what_is_read(spark: Any, tiered: Tiered, tmp_path: Path) -> None:
+    """Break the remote copy (not the broker's): the direct read fails, so it did read it."""
+    if tiered.remote_dir is not None:
+        broken = tmp_path / "broken"
+        shutil.copytree(tiered.remote_dir, broken)
+        for obj in broken.rglob("*.log"):
+            data = bytearray(obj.read_bytes())
+            data[200] ^= 0xFF
+            obj.write_bytes(bytes(data))
+        options = tiered.options()
+        options["tierlog.remote.uri"] = f"file://{broken}"
+        match = "corrupt|CRC|Corrupt"
+    else:
+        options = tiered.options()
+        options["tierlog.remote.s3.secret.key"] = "wrong"
+        match = "(?i)s3|access|signature|denied|forbidden"
+    with pytest.raises(Exception, match=match):
+        read(spark, options).count()
+
+
+def test_stream_with_remote_reads(spark: Any, tiered: Tiered, tmp_path: Path) -> None:
+    seen: list[tuple[int, int]] = []
+
+    def collect(df: Any, batch_id: int) -> None:
+        seen.extend(
+            (r["partition"], r["offset"]) for r in df.select("partition", "offset").collect()
+        )
+
+    r = spark.readStream.format("tierlog")
+    for k, v in tiered.options(startingOffsets="earliest", maxOffsetsPerTrigger="1000").items():
+        r = r.option(k, v)
+    q = (
+        r.load()
+        .writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert q.awaitTermination(120) and q.exception() is None
+    assert sorted(seen) == [(p, i) for p in range(2) for i in range(PER_PARTITION)]
+
+
+def test_deleted_remote_segment_falls_back_to_the_broker(tiered: Tiered, tmp_path: Path) -> None:
+    """A segment deleted from remote storage after planning (retention) is read through the
+    broker instead, from where the remote read got to: no gap, no duplicate."""
+    from tierlog.spark.read import read_range
+
+    if tiered.remote_dir is None:
+        pytest.skip("deletes objects of the local-dir backend: run there only")
+    copy = tmp_path / "remote"
+    shutil.copytree(tiered.remote_dir, copy)
+    options = parse_source_options(
+        {**tiered.options(), "tierlog.remote.uri": f"file://{copy}"}, streaming=False
+    )
+    with Planner(options) as planner:
+        ranges = [r for r in planner.plan_batch() if r.segment is not None]
+    target = ranges[1]
+    assert target.segment is not None
+    objects = list(copy.glob(f"*/{target.partition}/{target.segment.start_offset:020d}-*"))
+    assert len(objects) == 2  # .log and .indexes
+    for obj in objects:
+        obj.unlink()
+    offsets = [
+        o for batch in read_range(target, options) for o in batch.column("offset").to_pylist()
+    ]
+    assert offsets == list(range(target.start, target.end))
+
+
+def test_segments_tiered_by_the_broker(
+    spark: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The broker's own RemoteLogManager tiers the segments and deletes the local copies;
+    reading straight from remote storage and reading through the broker (which then serves
+    remote data itself) give the same rows."""
+    from confluent_kafka.admin import AdminClient
+
+    workdir = tmp_path_factory.mktemp("broker-tiering")
+    remote_dir = workdir / "remote"
+    broker = BrokerProcess(
+        workdir,
+        "remote.log.storage.system.enable=true",
+        f"rsm.config.uri=file://{remote_dir}",
+        "remote.log.manager.task.interval.ms=300",
+        "log.retention.check.interval.ms=300",
+    )
+    broker.start()
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        create_topic(
+            admin,
+            "bt",
+            2,
+            **{
+                "segment.bytes": "32768",
+                "remote.storage.enable": "true",
+                "local.retention.ms": "500",
+            },
+        )
+        n = 1200
+        produce(
+            broker.bootstrap,
+            "bt",
+            [
+                {"key": b"k%d" % i, "value": b"%05d" % i + bytes(95), "partition": i % 2}
+                for i in range(2 * n)
+            ],
+            **{"batch.size": 16384},  # batches must fit a 32 KiB segment
+        )
+        options = {"kafka.bootstrap.servers": broker.bootstrap, "subscribe": "bt"}
+        direct = {**options, "tierlog.remote.uri": f"file://{remote_dir}"}
+        parsed = parse_source_options(direct, streaming=False)
+        deadline = time.monotonic() + 40
+        tiered_through = {0: -1, 1: -1}
+        local_start = {0: 0, 1: 0}
+        with Planner(parsed) as planner:
+            while time.monotonic() < deadline:
+                layouts = planner.layouts(planner.partitions(), with_remote=True)
+                tiered_through = {
+                    p: max((s.end_offset for s in layouts[("bt", p)].remote_segments), default=-1)
+                    for p in range(2)
+                }
+                found = planner.list_offsets([("bt", 0), ("bt", 1)], -4)  # earliest local
+                local_start = {p: found[("bt", p)][0] for p in range(2)}
+                if all(tiered_through[p] >= n // 2 and local_start[p] > 0 for p in range(2)):
+                    break
+                time.sleep(0.5)
+        if max(tiered_through.values()) < 0:
+            pytest.skip(f"this broker does not tier segments yet:\n{broker.tail()}")
+        assert all(local_start[p] > 0 for p in range(2)), (tiered_through, local_start)
+
+        rows_direct = read(spark, direct).select("partition", "offset", "key", "value")
+        rows_broker = read(spark, options).select("partition", "offset", "key", "value")
+        got = sorted(tuple(r) for r in rows_direct.collect())
+        assert got == sorted(tuple(r) for r in rows_broker.collect())
+        assert [(p, o) for p, o, _, _ in got] == [(p, i) for p in range(2) for i in range(n)]
+        assert all(bytes(v)[:5] == b"%05d" % (2 * o + p) for p, o, _, v in got)
+    finally:
+        broker.stop()
