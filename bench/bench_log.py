@@ -1,12 +1,19 @@
 """The local log: append, sequential read, recovery scan and random lookups.
 
 Prints ``name: value unit (ratio vs baseline)``; each baseline is measured in the same run on
-the same files (the machines are shared and noisy):
+the same files. The machines are shared and noisy, so the two throughput comparisons are
+paired trials: the baseline and the log alternate in short rounds (which one goes first
+alternates too), each round gives one ratio, and the figures printed are medians -- of the
+per-round throughputs for each side and of the per-round ratios. A round disturbed by
+another tenant or by a writeback stall shows up on one side only and is outvoted.
 
 * append of 16 KiB batches through ``Log.append`` vs ``os.write`` of the same bytes to a
-  file, interleaved in chunks so both see the same page-cache and writeback conditions;
+  file, in rounds of 16 MiB per side (4 MiB with ``BENCH_QUICK``), so both see the same
+  page-cache and writeback conditions;
 * sequential ``Log.read`` of the whole log (1 MiB fetches, following the offsets) vs
-  ``os.pread`` of the segment file in 1 MiB chunks;
+  ``os.pread`` of the segment file in 1 MiB chunks, one whole pass per side per round. The
+  offsets to fetch are found in an untimed first pass (a consumer's batch walk over the
+  fetched bytes is not the log's work);
 * recovery of one segment (``LogSegment.recover``: CRC of every batch, index rebuild), in MB/s
   against the 500 MB/s goal, file in the page cache;
 * random ``Log.read(offset)`` lookups per second vs ``os.pread`` of a batch at a random
@@ -22,6 +29,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import statistics
 import struct
 import sys
 import tempfile
@@ -35,8 +43,10 @@ from tierlog.records.default_records import build_batch
 QUICK = bool(os.environ.get("BENCH_QUICK"))
 LOG_BYTES = (128 if QUICK else 1024) << 20
 BATCH_BYTES = 16 << 10
-CHUNK_BATCHES = 1024  # interleaving granularity of the append benchmark (16 MiB)
+# Paired rounds: enough of them for a robust median, each long enough to mean something.
+CHUNK_BATCHES = 256 if QUICK else 1024  # batches per side per append round (4 / 16 MiB)
 FETCH_BYTES = 1 << 20
+READ_ROUNDS = 31 if QUICK else 9  # whole passes per side of the sequential read benchmark
 LOOKUPS = 20_000 if QUICK else 100_000
 
 _LENGTH = struct.Struct(">qi")
@@ -59,40 +69,44 @@ def make_batch(now_ms: int) -> bytes:
     return batch
 
 
+def paired(raw: list[float], logged: list[float]) -> tuple[float, float, float]:
+    """Median seconds per round of each side and the median of the per-round ratios
+    (baseline time / log time: 1.0 means as fast as the baseline)."""
+    ratios = [r / w for r, w in zip(raw, logged, strict=True)]
+    return statistics.median(raw), statistics.median(logged), statistics.median(ratios)
+
+
 def bench_append(dir: Path, batch: bytes) -> Log:
     config = LogConfig().with_overrides({"segment.bytes": str(LOG_BYTES + (64 << 20))})
     log = Log.open(dir / "bench-0", config)
     raw_path = dir / "raw.log"
     fd = os.open(raw_path, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o644)
-    batches = LOG_BYTES // len(batch)
-    raw_time = log_time = 0.0
+    rounds = LOG_BYTES // len(batch) // CHUNK_BATCHES
+    raw_times: list[float] = []
+    log_times: list[float] = []
     append = log.append
     write = os.write
-    done = 0
-    while done < batches:
-        n = min(CHUNK_BATCHES, batches - done)
-        t0 = time.perf_counter()
-        for _ in range(n):
-            write(fd, batch)
-        t1 = time.perf_counter()
-        for _ in range(n):
-            append(batch)
-        t2 = time.perf_counter()
-        raw_time += t1 - t0
-        log_time += t2 - t1
-        done += n
+    chunk = range(CHUNK_BATCHES)
+    clock = time.perf_counter
+    for i in range(rounds):
+        for side in (0, 1) if i % 2 == 0 else (1, 0):
+            if side == 0:
+                t0 = clock()
+                for _ in chunk:
+                    write(fd, batch)
+                raw_times.append(clock() - t0)
+            else:
+                t0 = clock()
+                for _ in chunk:
+                    append(batch)
+                log_times.append(clock() - t0)
     os.close(fd)
     raw_path.unlink()
-    mb = batches * len(batch) / 1e6
+    raw_time, log_time, ratio = paired(raw_times, log_times)
+    mb = CHUNK_BATCHES * len(batch) / 1e6
     report("append 16KiB batches (os.write)", mb / raw_time, "MB/s")
-    report(
-        "append 16KiB batches (Log.append)",
-        mb / log_time,
-        "MB/s",
-        raw_time / log_time,
-        "0.8",
-    )
-    report("append 16KiB batches (Log.append)", batches / log_time, "batches/s")
+    report("append 16KiB batches (Log.append)", mb / log_time, "MB/s", ratio, "0.8")
+    report("append 16KiB batches (Log.append)", CHUNK_BATCHES / log_time, "batches/s")
     log.update_high_watermark(log.log_end_offset)
     return log
 
@@ -118,29 +132,34 @@ def bench_sequential_read(log: Log) -> None:
     segment = log.active_segment
     fd = segment.log.fd
     size = segment.size
-    best_raw = best_log = float("inf")
-    for _ in range(5):  # best of several alternating passes: the machines are noisy
-        t0 = time.perf_counter()
-        pos = 0
-        while pos < size:
-            pos += len(os.pread(fd, FETCH_BYTES, pos))
-        t1 = time.perf_counter()
-        offset = log.log_start_offset
-        end = log.log_end_offset
-        read = log.read
-        total = 0
-        while offset < end:
-            data = read(offset, FETCH_BYTES).records
-            total += len(data)
-            offset = next_offset(data)
-        t2 = time.perf_counter()
-        best_raw = min(best_raw, t1 - t0)
-        best_log = min(best_log, t2 - t1)
+    read = log.read
+    offsets = []  # where a consumer's fetches start, found by the untimed first pass
+    offset = log.log_start_offset
+    end = log.log_end_offset
+    while offset < end:
+        offsets.append(offset)
+        offset = next_offset(read(offset, FETCH_BYTES).records)
+    positions = range(0, size, FETCH_BYTES)
+    pread = os.pread
+    clock = time.perf_counter
+    raw_times: list[float] = []
+    log_times: list[float] = []
+    for i in range(READ_ROUNDS):
+        for side in (0, 1) if i % 2 == 0 else (1, 0):
+            if side == 0:
+                t0 = clock()
+                for p in positions:
+                    pread(fd, FETCH_BYTES, p)
+                raw_times.append(clock() - t0)
+            else:
+                t0 = clock()
+                for o in offsets:
+                    read(o, FETCH_BYTES)
+                log_times.append(clock() - t0)
+    raw_time, log_time, ratio = paired(raw_times, log_times)
     mb = size / 1e6
-    report("sequential read 1MiB fetches (os.pread)", mb / best_raw, "MB/s")
-    report(
-        "sequential read 1MiB fetches (Log.read)", mb / best_log, "MB/s", best_raw / best_log, "0.8"
-    )
+    report("sequential read 1MiB fetches (os.pread)", mb / raw_time, "MB/s")
+    report("sequential read 1MiB fetches (Log.read)", mb / log_time, "MB/s", ratio, "0.8")
 
 
 def bench_recovery(log: Log) -> None:

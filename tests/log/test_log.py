@@ -24,6 +24,7 @@ from tierlog.errors import (
     RecordListTooLarge,
     UnsupportedCompressionType,
 )
+from tierlog.log import file_records
 from tierlog.log.log import Log, LogAppendInfo, parse_topic_partition
 from tierlog.log.time_index import TimestampOffset
 from tierlog.records.record_batch import (
@@ -509,6 +510,62 @@ def test_append_info_is_frozen(open_log: OpenLog) -> None:
     assert isinstance(info, LogAppendInfo)
     with pytest.raises(AttributeError):
         info.first_offset = 5  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("kind", ["bytes", "bytearray", "memoryview"])
+def test_append_patches_the_file_not_the_input(open_log: OpenLog, kind: str) -> None:
+    """One batch goes out as a patched 16-byte prefix plus the caller's buffer (writev),
+    several as a patched copy: either way the input is unchanged and may be reused."""
+    log = open_log()
+    log.append(build_batch(3))
+    one = build_batch(2)
+    two = build_batch(1) + build_batch(4)
+    for original in (one, two):
+        data: bytes | bytearray | memoryview = {
+            "bytes": original,
+            "bytearray": bytearray(original),
+            "memoryview": memoryview(bytearray(original)),
+        }[kind]
+        before = log.log_end_offset
+        info = log.append(data, leader_epoch=7)
+        assert bytes(data) == original
+        if isinstance(data, bytearray):
+            data += b"x"  # no buffer export left behind
+        written = log.read(before, 1 << 20).records
+        assert len(written) == len(original)
+        headers = list(iter_headers(written))
+        assert headers[0].base_offset == info.first_offset == before
+        assert {h.partition_leader_epoch for h in headers} == {7}
+        # only baseOffset and partitionLeaderEpoch differ; the CRC still holds
+        patched = bytearray(original)
+        pos = 0
+        for h in headers:
+            patched[pos : pos + 16] = written[pos : pos + 16]
+            pos += h.size_in_bytes
+        assert bytes(patched) == written
+        for h in headers:
+            assert crc32c(written[h.position + CRC_START : h.position + h.size_in_bytes]) == h.crc
+    assert [r[0] for r in kafka_decode(read_all(log))] == list(range(log.log_end_offset))
+
+
+def test_failed_write_releases_a_bytearray(
+    open_log: OpenLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = open_log()
+    data = bytearray(build_batch(2))
+
+    def fail(fd: int, buffers: object, offset: int) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(file_records.os, "pwritev", fail)
+    with pytest.raises(OSError) as excinfo:
+        log.append(data)
+    data += b"x"  # resizable while the traceback is alive: no view of it was left behind
+    assert excinfo.value.errno == 28
+    assert log.log_end_offset == 0
+    monkeypatch.undo()
+    assert log.append(build_batch(1)).first_offset == 0
+    assert log.active_segment.size == len(build_batch(1))
 
 
 def test_delete_removes_directory(open_log: OpenLog, log_dir: Path) -> None:

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tierlog.errors import LogSegmentOffsetOverflowError
+from tierlog.log import file_records
 from tierlog.log.file_records import FileRecords
 from tierlog.log.log_segment import LogSegment, RollParams
 from tierlog.log.log_segments import LogSegments
@@ -84,6 +85,31 @@ def test_file_records_append_read_scan(tmp_path: Path) -> None:
         len(batches[2]),
     )
     assert records.search_for_offset_from_position(6, 0) is None
+    records.close()
+
+
+def test_file_records_append_with_prefix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    records = FileRecords(tmp_path / "0.log")
+    assert records.append(memoryview(b"0123456789")[4:], b"ab") == 8
+    assert records.append(b"", b"") == 0
+    # short writes: the rest goes out with plain pwrites until everything is written
+    calls: list[int] = []
+    real_pwrite = os.pwrite
+
+    def short_pwritev(fd: int, buffers: list[bytes], offset: int) -> int:
+        return real_pwrite(fd, bytes(buffers[0])[:1], offset)
+
+    def short_pwrite(fd: int, data: bytes, offset: int) -> int:
+        calls.append(len(data))
+        return real_pwrite(fd, bytes(data)[:3], offset)
+
+    monkeypatch.setattr(file_records.os, "pwritev", short_pwritev)
+    monkeypatch.setattr(file_records.os, "pwrite", short_pwrite)
+    assert records.append(b"wxyz", b"PQ") == 6
+    assert calls == [5, 2]
+    monkeypatch.undo()
+    assert records.size_in_bytes() == 14
+    assert records.read(0, 100) == b"ab456789PQwxyz"
     records.close()
 
 

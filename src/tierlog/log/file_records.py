@@ -59,6 +59,9 @@ class TimestampAndOffset(NamedTuple):
     offset: int
 
 
+_new_tuple = tuple.__new__
+
+
 def _close_fd(fd: int) -> None:
     try:
         os.close(fd)
@@ -143,21 +146,25 @@ class FileRecords:
 
     # ------------------------------------------------------------------ writes
 
-    def append(self, data: bytes | bytearray | memoryview) -> int:
-        """Write ``data`` at the end; returns the number of bytes written.
+    def append(self, data: bytes | bytearray | memoryview, prefix: bytes = b"") -> int:
+        """Write ``prefix`` then ``data`` at the end; returns the number of bytes written.
+
+        The two go out with one ``pwritev``: the log passes a patched copy of a batch's
+        first bytes as ``prefix`` and the rest of the producer's buffer as ``data``.
 
         Raises:
             OSError: the write failed (the size is then unchanged; a partial write may be
                 left past it and is overwritten by the next append).
         """
-        n = data.nbytes if isinstance(data, memoryview) else len(data)
+        n = (data.nbytes if isinstance(data, memoryview) else len(data)) + len(prefix)
         if n == 0:
             return 0
         fd = self._fd
         pos = self._size
-        written = os.pwrite(fd, data, pos)
+        written = os.pwritev(fd, (prefix, data), pos) if prefix else os.pwrite(fd, data, pos)
         if written < n:
-            with memoryview(data) as view:
+            # A short write (rare for regular files): finish from a joined copy.
+            with memoryview(prefix + data if prefix else data) as view:
                 while written < n:
                     written += os.pwrite(fd, view[written:], pos + written)
         self._size = pos + n
@@ -299,11 +306,12 @@ class FileRecords:
         limit = self._size if end is None else min(end, self._size)
         pos = starting_position
         fd = self._fd
+        pread = os.pread
         unpack = _OFFSET_SEARCH.unpack_from
         overhead = RECORD_BATCH_OVERHEAD
         read_size = SCAN_BUFFER_SIZE
         while limit - pos >= overhead:
-            chunk = os.pread(fd, min(read_size, limit - pos), pos)
+            chunk = pread(fd, read_size if read_size < limit - pos else limit - pos, pos)
             available = len(chunk)
             if available < overhead:
                 return None
@@ -316,7 +324,8 @@ class FileRecords:
                     return None
                 last_offset = base_offset + last_offset_delta
                 if last_offset >= target_offset:
-                    return LogOffsetPosition(last_offset, pos + off, size)
+                    # LogOffsetPosition(...) without NamedTuple's argument handling
+                    return _new_tuple(LogOffsetPosition, (last_offset, pos + off, size))
                 off += size
             pos += off
             # Big batches: read just the next header instead of a buffer mostly skipped.

@@ -15,35 +15,29 @@ Offsets kept here::
 
 ``log_start_offset`` is the first offset a consumer may read (DeleteRecords and retention move
 it); ``local_log_start_offset`` is the first offset held locally -- with tiered storage the
-two differ. The append path validates batch headers and CRCs, patches baseOffset and
-partitionLeaderEpoch in place (outside the CRC) and writes the bytes: records are never
-decoded. Reads never take a lock: they work on an immutable snapshot of the segment list
-(copy-on-write) and on the log end offset published after each append.
+two differ. The append path validates batch headers and CRCs (:mod:`.log_validator`), patches
+baseOffset and partitionLeaderEpoch (outside the CRC) on the way to the file and writes the
+bytes: records are never decoded. Reads never take a lock: they work on an immutable
+snapshot of the segment list (copy-on-write) and on the log end offset published after each
+append.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import shutil
-import struct
 import threading
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 from tierlog.errors import (
     CorruptCheckpointError,
-    CorruptRecordError,
     InconsistentTopicId,
     InvalidRecord,
-    InvalidTimestamp,
-    MessageTooLarge,
     OffsetOutOfRange,
     RecordListTooLarge,
-    UnsupportedCompressionType,
 )
 from tierlog.log import log_file_utils as lfu
 from tierlog.log.checkpoint_file import LeaderEpochCheckpointFile
@@ -57,27 +51,19 @@ from tierlog.log.log_loader import (
 )
 from tierlog.log.log_segment import FetchDataInfo, LogSegment, wall_clock_ms
 from tierlog.log.log_segments import LogSegments, SegmentsSnapshot
+from tierlog.log.log_validator import (
+    BATCH_PREFIX,
+    AppendConfig,
+    LogAppendInfo,
+    analyze_and_validate_records,
+    append_info,
+    assign_offsets_in_place,
+    to_batch_header,
+)
 from tierlog.log.partition_metadata_file import PartitionMetadataFile
 from tierlog.log.producer_state_manager import ProducerStateManager
 from tierlog.log.time_index import TimestampOffset
-from tierlog.records.record_batch import (
-    COMPRESSION_CODEC_MASK,
-    COMPRESSION_ZSTD,
-    CONTROL_FLAG_MASK,
-    CRC_START,
-    CURRENT_MAGIC,
-    HEADER_STRUCT,
-    LOG_OVERHEAD,
-    NO_PRODUCER_ID,
-    NO_TIMESTAMP,
-    RECORD_BATCH_OVERHEAD,
-    TIMESTAMP_TYPE_MASK,
-    RecordBatchHeader,
-    crc32c,
-    set_base_offset,
-    set_log_append_time,
-    set_partition_leader_epoch,
-)
+from tierlog.records.record_batch import NO_PRODUCER_ID, NO_TIMESTAMP, RecordBatchHeader
 
 __all__ = [
     "EARLIEST_LOCAL_TIMESTAMP",
@@ -102,89 +88,6 @@ LATEST_TIERED_TIMESTAMP = -5
 #: DeleteRecords: delete up to the high watermark.
 DELETE_TO_HIGH_WATERMARK = -1
 
-_MIN_BATCH_LENGTH = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD
-#: baseOffset, batchLength (rewritten unchanged), partitionLeaderEpoch: bytes 0-15 of a batch,
-#: outside the CRC. One pack instead of record_batch's two setters on the hot path.
-_PATCH = struct.Struct(">qii")
-
-
-@dataclass(frozen=True, slots=True)
-class LogAppendInfo:
-    """The outcome of :meth:`Log.append`.
-
-    For a duplicate (an idempotent producer's retry) nothing was written and the offsets
-    are those of the original append.
-    """
-
-    first_offset: int
-    last_offset: int
-    max_timestamp: int
-    offset_of_max_timestamp: int
-    log_append_time: int
-    log_start_offset: int
-    records_count: int
-    valid_bytes: int
-    duplicate: bool = False
-
-
-# A frozen dataclass's __init__ calls object.__setattr__ once per field (~0.7 us for nine);
-# the append path fills the slots through their descriptors instead: the same object.
-_APPEND_INFO_SETTERS: tuple[Callable[[LogAppendInfo, object], None], ...] = tuple(
-    LogAppendInfo.__dict__[f.name].__set__ for f in dataclasses.fields(LogAppendInfo)
-)
-
-
-(_S0, _S1, _S2, _S3, _S4, _S5, _S6, _S7, _S8) = _APPEND_INFO_SETTERS
-
-
-def _append_info(
-    first_offset: int,
-    last_offset: int,
-    max_timestamp: int,
-    offset_of_max_timestamp: int,
-    log_append_time: int,
-    log_start_offset: int,
-    records_count: int,
-    valid_bytes: int,
-    duplicate: bool,
-) -> LogAppendInfo:
-    """``LogAppendInfo(...)`` without the frozen-dataclass overhead (same object)."""
-    info = object.__new__(LogAppendInfo)
-    _S0(info, first_offset)
-    _S1(info, last_offset)
-    _S2(info, max_timestamp)
-    _S3(info, offset_of_max_timestamp)
-    _S4(info, log_append_time)
-    _S5(info, log_start_offset)
-    _S6(info, records_count)
-    _S7(info, valid_bytes)
-    _S8(info, duplicate)
-    return info
-
-
-class _AppendConfig(NamedTuple):
-    """The configs the append path reads, resolved once per LogConfig."""
-
-    segment_size: int
-    segment_ms: int
-    max_message_size: int
-    log_append_time: bool
-    flush_interval: int
-    timestamp_before_max_ms: int
-    timestamp_after_max_ms: int
-
-    @classmethod
-    def of(cls, config: LogConfig) -> _AppendConfig:
-        return cls(
-            config.segment_size,
-            config.segment_ms,
-            config.max_message_size,
-            config.log_append_time,
-            config.flush_interval,
-            int(config.get("message.timestamp.before.max.ms")),
-            int(config.get("message.timestamp.after.max.ms")),
-        )
-
 
 class LogOffsetMetadata(NamedTuple):
     """An offset and where its batch starts: segment base offset and byte position."""
@@ -192,6 +95,9 @@ class LogOffsetMetadata(NamedTuple):
     offset: int
     segment_base_offset: int
     position: int
+
+
+_new_tuple = tuple.__new__
 
 
 def parse_topic_partition(dir: Path) -> tuple[str, int]:
@@ -238,7 +144,7 @@ class Log:
         self._dir = Path(dir)
         self._topic, self._partition = _safe_parse(self._dir)
         self._config = config
-        self._append_config = _AppendConfig.of(config)
+        self._append_config = AppendConfig.of(config)
         self._segments = segments
         self._time_ms = time_ms
         self._topic_id = topic_id
@@ -378,7 +284,7 @@ class Log:
     def update_config(self, new_config: LogConfig) -> None:
         """Swap in a new configuration (atomic; applies to the next append / retention run).
         Per-segment settings (index interval, jitter) apply to segments created later."""
-        self._append_config = _AppendConfig.of(new_config)
+        self._append_config = AppendConfig.of(new_config)
         self._config = new_config
 
     @property
@@ -498,8 +404,10 @@ class Log:
 
         Every batch is checked (header, size, CRC-32C, counts, codec, timestamps); with
         ``assign_offsets`` the batches get consecutive offsets from the log end offset and
-        ``leader_epoch`` as partitionLeaderEpoch (patched in a copy; the CRC does not cover
-        them), otherwise (replication) their offsets are kept and must not go backwards.
+        ``leader_epoch`` as partitionLeaderEpoch (the CRC does not cover them; ``records``
+        itself is never modified: a single batch is written as a patched 16-byte prefix plus
+        the rest of ``records``, several batches from a patched copy), otherwise
+        (replication) their offsets are kept and must not go backwards.
         A batch an idempotent producer already wrote is not written again: the original
         offsets come back with ``duplicate=True``.
 
@@ -518,7 +426,7 @@ class Log:
         config = self._append_config
         now = self._time_ms()
         size = records.nbytes if isinstance(records, memoryview) else len(records)
-        batches, records_count, has_producer_ids = self._analyze(
+        batches, records_count, has_producer_ids = analyze_and_validate_records(
             records, size, config, origin_client, now
         )
         if size > config.segment_size:
@@ -535,7 +443,7 @@ class Log:
             headers: list[RecordBatchHeader | None] | None = None
             if has_producer_ids:
                 headers = [
-                    RecordBatchHeader(*fields) if fields[10] != NO_PRODUCER_ID else None
+                    to_batch_header(fields) if fields[10] != NO_PRODUCER_ID else None
                     for fields in batches
                 ]
                 if origin_client:
@@ -556,21 +464,25 @@ class Log:
 
             leo = self._leo.offset
             buf: bytes | bytearray | memoryview
+            prefix = b""
             if assign_offsets:
-                patched = bytearray(records)
                 first_offset = leo
                 if len(batches) == 1 and not log_append_time:
-                    # The common case, one batch from a producer: one pack for the patch.
+                    # The common case, one batch from a producer: write its first 16 bytes
+                    # patched and the rest from the caller's buffer, with one writev and no
+                    # copy of the batch (below).
                     fields = batches[0]
-                    _PATCH.pack_into(patched, 0, leo, fields[2], leader_epoch)
+                    prefix = BATCH_PREFIX.pack(leo, fields[2], leader_epoch)
+                    buf = records
                     last_offset = leo + fields[7]
                     max_timestamp = fields[9]
                     offset_of_max_timestamp = last_offset if max_timestamp > NO_TIMESTAMP else -1
                 else:
-                    max_timestamp, offset_of_max_timestamp, last_offset = self._assign_offsets(
+                    patched = bytearray(records)
+                    max_timestamp, offset_of_max_timestamp, last_offset = assign_offsets_in_place(
                         patched, batches, leo, leader_epoch, now if log_append_time else None
                     )
-                buf = patched
+                    buf = patched
             else:
                 buf = records
                 first_offset = batches[0][1]
@@ -594,7 +506,15 @@ class Log:
                 config.segment_ms, config.segment_size, max_timestamp, last_offset, size, now
             ):
                 segment = self._roll(first_offset)
-            segment.append(last_offset, max_timestamp, offset_of_max_timestamp, buf)
+            if prefix:
+                # `prefix` stands in for the first bytes of `records`; the view is released
+                # at once so the caller may resize a bytearray afterwards, even on an error.
+                with memoryview(records)[len(prefix) :] as rest:
+                    segment.append(
+                        last_offset, max_timestamp, offset_of_max_timestamp, rest, prefix
+                    )
+            else:
+                segment.append(last_offset, max_timestamp, offset_of_max_timestamp, buf)
 
             if headers is not None:
                 offset = first_offset
@@ -614,12 +534,15 @@ class Log:
                     if fields[3] != self._latest_epoch and fields[3] >= 0:
                         self._assign_epoch(fields[3], fields[1])
 
-            self._leo = LogOffsetMetadata(last_offset + 1, segment.base_offset, segment.log._size)
+            # tuple.__new__: LogOffsetMetadata(...) without NamedTuple's argument handling.
+            self._leo = _new_tuple(
+                LogOffsetMetadata, (last_offset + 1, segment.base_offset, segment.log._size)
+            )
             log_start_offset = self._log_start_offset
 
         if last_offset + 1 - self._recovery_point >= config.flush_interval:
             self.flush()
-        return _append_info(
+        return append_info(
             first_offset,
             last_offset,
             max_timestamp,
@@ -634,114 +557,6 @@ class Log:
     def _assign_epoch(self, epoch: int, start_offset: int) -> None:
         self.leader_epoch_cache.assign(epoch, start_offset)
         self._latest_epoch = self.leader_epoch_cache.latest_epoch
-
-    @staticmethod
-    def _assign_offsets(
-        buf: bytearray,
-        batches: list[tuple[int, ...]],
-        first_offset: int,
-        leader_epoch: int,
-        log_append_time: int | None,
-    ) -> tuple[int, int, int]:
-        """Patch baseOffset and partitionLeaderEpoch of every batch (and LogAppendTime);
-        returns (max timestamp, offset of max timestamp, last offset)."""
-        max_timestamp = NO_TIMESTAMP
-        offset_of_max_timestamp = -1
-        offset = first_offset
-        for fields in batches:
-            position = fields[0]
-            set_base_offset(buf, position, offset)
-            set_partition_leader_epoch(buf, position, leader_epoch)
-            offset += fields[7] + 1
-            if log_append_time is not None:
-                set_log_append_time(buf, position, log_append_time)
-                batch_max_timestamp = log_append_time
-            else:
-                batch_max_timestamp = fields[9]
-            if batch_max_timestamp > max_timestamp:
-                max_timestamp = batch_max_timestamp
-                offset_of_max_timestamp = offset - 1
-        return max_timestamp, offset_of_max_timestamp, offset - 1
-
-    @staticmethod
-    def _analyze(
-        records: bytes | bytearray | memoryview,
-        n: int,
-        config: _AppendConfig,
-        origin_client: bool,
-        now: int,
-    ) -> tuple[list[tuple[int, ...]], int, bool]:
-        """Validate every batch; returns ``(position, *header fields)`` per batch, the total
-        record count and whether any batch has a producer id."""
-        if n == 0:
-            raise InvalidRecord("no record batches in the append")
-        max_message_size = config.max_message_size
-        check_timestamps = origin_client and not config.log_append_time
-        if check_timestamps:
-            min_timestamp = now - config.timestamp_before_max_ms
-            max_timestamp = now + config.timestamp_after_max_ms
-        unpack = HEADER_STRUCT.unpack_from
-        batches: list[tuple[int, ...]] = []
-        records_count = 0
-        has_producer_ids = False
-        pos = 0
-        with memoryview(records) as view:
-            while pos < n:
-                if n - pos < RECORD_BATCH_OVERHEAD:
-                    raise CorruptRecordError(
-                        f"{n - pos} trailing bytes at position {pos}: not a whole batch header"
-                    )
-                fields = unpack(view, pos)
-                length = fields[1]
-                batch_size = length + LOG_OVERHEAD
-                if length < _MIN_BATCH_LENGTH:
-                    raise CorruptRecordError(
-                        f"record batch at position {pos} has an impossible length {length}"
-                    )
-                if batch_size > max_message_size:
-                    raise MessageTooLarge(
-                        f"record batch of {batch_size} bytes exceeds max.message.bytes "
-                        f"{max_message_size}"
-                    )
-                if pos + batch_size > n:
-                    raise CorruptRecordError(
-                        f"record batch at position {pos} is truncated: size {batch_size}, "
-                        f"{n - pos} bytes available"
-                    )
-                if fields[3] != CURRENT_MAGIC:
-                    raise CorruptRecordError(
-                        f"record batch at position {pos} has magic {fields[3]}, expected 2"
-                    )
-                if crc32c(view[pos + CRC_START : pos + batch_size]) != fields[4]:
-                    raise CorruptRecordError(f"record batch at position {pos} failed its CRC")
-                attributes = fields[5]
-                if attributes & COMPRESSION_CODEC_MASK > COMPRESSION_ZSTD:
-                    raise UnsupportedCompressionType(
-                        f"unknown compression type id {attributes & COMPRESSION_CODEC_MASK}"
-                    )
-                if origin_client:
-                    if attributes & CONTROL_FLAG_MASK:
-                        raise InvalidRecord("clients are not allowed to write control records")
-                    if fields[6] + 1 != fields[12] or fields[6] < 0:
-                        raise InvalidRecord(
-                            f"record batch at position {pos} has lastOffsetDelta {fields[6]} "
-                            f"but {fields[12]} records"
-                        )
-                # CreateTime bounds on the first and max timestamps: without decoding, these
-                # bound the batch from both sides when records are in timestamp order, as
-                # producers write them. NO_TIMESTAMP (-1) is not checked, as in Kafka.
-                if check_timestamps and (
-                    attributes & TIMESTAMP_TYPE_MASK
-                    or not min_timestamp <= fields[7] <= max_timestamp
-                    or not min_timestamp <= fields[8] <= max_timestamp
-                ):
-                    _check_timestamps(fields, attributes, min_timestamp, max_timestamp)
-                records_count += fields[12]
-                if fields[9] != NO_PRODUCER_ID:
-                    has_producer_ids = True
-                batches.append((pos, *fields))
-                pos += batch_size
-        return batches, records_count, has_producer_ids
 
     # ================================================================== read
 
@@ -1280,20 +1095,3 @@ def _load_topic_id(dir: Path, topic_id: uuid.UUID | None) -> uuid.UUID | None:
     if existing != topic_id:
         metadata.write(topic_id)
     return topic_id
-
-
-def _check_timestamps(
-    fields: tuple[int, ...], attributes: int, min_timestamp: int, max_timestamp: int
-) -> None:
-    """Raise for a LogAppendTime flag from a producer or a CreateTime out of bounds."""
-    if attributes & TIMESTAMP_TYPE_MASK:
-        raise InvalidTimestamp(
-            "invalid timestamp type in a batch: producers must not set LogAppendTime"
-        )
-    for ts in (fields[7], fields[8]):  # baseTimestamp, maxTimestamp
-        if ts != NO_TIMESTAMP and not min_timestamp <= ts <= max_timestamp:
-            raise InvalidTimestamp(
-                f"timestamp {ts} of a record batch is out of range "
-                f"[{min_timestamp}, {max_timestamp}] (message.timestamp.before.max.ms, "
-                f"message.timestamp.after.max.ms)"
-            )

@@ -19,6 +19,7 @@ then batch headers are scanned forward to the first batch whose last offset >= X
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import random
@@ -99,6 +100,25 @@ class FetchDataInfo:
     fetch_offset: int
     records: bytes
     first_entry_incomplete: bool = False
+
+
+# A frozen dataclass's __init__ goes through object.__setattr__ per field; the read path
+# fills the slots through their descriptors instead (the same object, a third cheaper).
+_FETCH_DATA_INFO_SETTERS: tuple[Callable[[FetchDataInfo, object], None], ...] = tuple(
+    FetchDataInfo.__dict__[f.name].__set__ for f in dataclasses.fields(FetchDataInfo)
+)
+_F0, _F1, _F2 = _FETCH_DATA_INFO_SETTERS
+
+
+def _fetch_data_info(
+    fetch_offset: int, records: bytes, first_entry_incomplete: bool
+) -> FetchDataInfo:
+    """``FetchDataInfo(...)`` for the read path."""
+    info = object.__new__(FetchDataInfo)
+    _F0(info, fetch_offset)
+    _F1(info, records)
+    _F2(info, first_entry_incomplete)
+    return info
 
 
 def random_segment_jitter(config: LogConfig) -> int:
@@ -271,8 +291,10 @@ class LogSegment:
         largest_timestamp: int,
         offset_of_max_timestamp: int,
         records: bytes | bytearray | memoryview,
+        prefix: bytes = b"",
     ) -> None:
-        """Append batches (offsets already assigned) and index them every interval bytes.
+        """Append batches (offsets already assigned) and index them every interval bytes;
+        ``prefix`` is written just before ``records`` (see :meth:`FileRecords.append`).
 
         Kafka semantics: an index entry (largest offset of this append, position of its first
         byte) is added when more than ``index.interval.bytes`` were appended since the last
@@ -282,7 +304,7 @@ class LogSegment:
             LogSegmentOffsetOverflowError: ``largest_offset`` does not fit this segment.
             OSError: the write failed.
         """
-        n = records.nbytes if isinstance(records, memoryview) else len(records)
+        n = (records.nbytes if isinstance(records, memoryview) else len(records)) + len(prefix)
         if n == 0:
             return
         log_records = self.log
@@ -291,7 +313,7 @@ class LogSegment:
             self._rolling_based_timestamp = largest_timestamp
         if not 0 <= largest_offset - self.base_offset <= INT32_MAX:
             raise LogSegmentOffsetOverflowError(self, largest_offset)
-        log_records.append(records)
+        log_records.append(records, prefix)
         if largest_timestamp > self._max_timestamp_so_far:
             self._max_timestamp_so_far = largest_timestamp
             self._offset_of_max_timestamp_so_far = offset_of_max_timestamp
@@ -691,22 +713,21 @@ class LogSegment:
         """
         if max_size < 0:
             raise ValueError(f"invalid max size {max_size} for log read from segment {self}")
-        size_snapshot = self.log._size
-        mapping = self.offset_index.lookup(start_offset)
-        found = self.log.search_for_offset_from_position(
-            start_offset, mapping.position, size_snapshot
+        log_records = self.log
+        size_snapshot = log_records._size
+        found = log_records.search_for_offset_from_position(
+            start_offset, self.offset_index.lookup(start_offset).position, size_snapshot
         )
         if found is None:
             return None
-        start_position = found.position
-        batch_size = found.size
+        _, start_position, batch_size = found
         adjusted_max_size = max(max_size, batch_size) if min_one_message else max_size
         if adjusted_max_size == 0:
-            return FetchDataInfo(start_offset, b"")
+            return _fetch_data_info(start_offset, b"", False)
         limit = size_snapshot if max_position is None else min(max_position, size_snapshot)
         fetch_size = min(limit - start_position, adjusted_max_size)
-        data = self.log.read(start_position, fetch_size) if fetch_size > 0 else b""
-        return FetchDataInfo(start_offset, data, adjusted_max_size < batch_size)
+        data = log_records.read(start_position, fetch_size) if fetch_size > 0 else b""
+        return _fetch_data_info(start_offset, data, adjusted_max_size < batch_size)
 
     def read_next_offset(self) -> int:
         """The offset after the last batch (the base offset when empty). Scans from the last
