@@ -11,8 +11,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test,spark]'
 	touch $(STAMP)
 
+# The embedded defaults: data in ./data/logs, tiered storage on, remote storage in ./data/remote
+# (extra settings: make serve ARGS="--override key=value ...").
 serve: $(STAMP)
-	$(BIN)/tierlog serve
+	$(BIN)/tierlog serve --override remote.log.storage.system.enable=true \
+		--override rsm.config.uri=file://$(abspath data/remote) $(ARGS)
 
 test: $(STAMP)
 	scripts/check

@@ -30,6 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
     from tierlog.tools.client_cli import add_subcommands  # topics, produce, consume, groups
 
     add_subcommands(sub)
+    from tierlog.tools import remote_cli  # remote ls, remote verify
+
+    remote_cli.add_subcommands(sub)
     return parser
 
 

@@ -3,6 +3,10 @@
 * ``broker`` (session): one broker shared by the tests that do not restart it; each test uses
   its own topic and group names (``unique``).
 * ``fresh_broker`` (function): a broker of its own, for restart and crash tests.
+* ``tiered_broker`` (session, once per remote store: a local dir, and SeaweedFS S3 marked
+  ``s3``): a broker with tiered storage on and fast tasks, shared by the tiered scenarios.
+* ``tiered_env`` (function, per remote store): a store of its own and a factory of brokers
+  on it, for restart, kill and fault tests.
 
 The broker's stderr goes to ``<tmp>/broker.log``; a failing test prints its tail.
 """
@@ -20,6 +24,7 @@ import uuid
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,6 +41,9 @@ with warnings.catch_warnings():
     import kafka.protocol.producer
     import kafka.record.memory_records  # noqa: F401
 
+from tests.integration.tiered_support import TIERED_BROKER, RemoteStore, make_store
+from tests.tiered.conftest import seaweedfs  # noqa: F401 - the session's S3 server
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -48,8 +56,17 @@ def free_port() -> int:
 class BrokerProcess:
     """A ``tierlog serve`` child process with its own log dir and port."""
 
-    def __init__(self, workdir: Path, *overrides: str, port: int | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        *overrides: str,
+        port: int | None = None,
+        module: str = "tierlog.cli",
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.workdir = workdir
+        self.module = module
+        self.env = dict(env or {})
         self.log_dir = workdir / "logs"
         self.port = port or free_port()
         self.overrides = [
@@ -67,11 +84,13 @@ class BrokerProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30.0) -> None:
-        args = [sys.executable, "-m", "tierlog.cli", "serve"]
+        args = [sys.executable, "-m", self.module, "serve"]
         for o in self.overrides:
             args += ["--override", o]
         env = dict(os.environ)
         env.setdefault("TIERLOG_LOG_LEVEL", "INFO")
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        env.update(self.env)
         self.starts += 1
         with open(self.log_path, "ab") as log:
             log.write(f"\n===== start #{self.starts} =====\n".encode())
@@ -131,10 +150,10 @@ class BrokerProcess:
 
 @contextlib.contextmanager
 def running_broker(
-    workdir: Path, *overrides: str, port: int | None = None
+    workdir: Path, *overrides: str, port: int | None = None, **kw: Any
 ) -> Iterator[BrokerProcess]:
     workdir.mkdir(parents=True, exist_ok=True)
-    b = BrokerProcess(workdir, *overrides, port=port)
+    b = BrokerProcess(workdir, *overrides, port=port, **kw)
     b.start()
     try:
         yield b
@@ -155,6 +174,80 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 def fresh_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
     with running_broker(tmp_path / "broker") as b:
         yield b
+
+
+TIERED_KINDS = ["file", pytest.param("s3", marks=pytest.mark.s3)]
+
+
+@pytest.fixture(scope="session", params=TIERED_KINDS)
+def tiered_broker(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BrokerProcess]:
+    kind = request.param
+    sw = request.getfixturevalue("seaweedfs") if kind == "s3" else None
+    workdir = tmp_path_factory.mktemp(f"tiered-{kind}")
+    store = make_store(kind, workdir, sw)
+    metrics_port = free_port()
+    try:
+        with running_broker(
+            workdir, *TIERED_BROKER, *store.overrides(), f"metrics.port={metrics_port}"
+        ) as b:
+            b.store = store  # type: ignore[attr-defined]
+            b.metrics_port = metrics_port  # type: ignore[attr-defined]
+            yield b
+            assert b.alive(), f"the shared tiered broker died:\n{b.tail()}"
+    finally:
+        store.close()
+
+
+class TieredEnv:
+    """A remote store of its own and the brokers started on it (one at a time)."""
+
+    def __init__(self, kind: str, workdir: Path, store: RemoteStore) -> None:
+        self.kind = kind
+        self.workdir = workdir
+        self.store = store
+        self.broker: BrokerProcess | None = None
+        self.faults = workdir / "faults"
+        self.faults.mkdir(parents=True, exist_ok=True)
+
+    def start(self, *extra: str, faults: bool = False) -> BrokerProcess:
+        """Start (or restart, keeping port and data) the broker; ``faults`` runs it through
+        tests/integration/tiered_launcher.py (fault hooks driven by files in :attr:`faults`)."""
+        port = self.broker.port if self.broker is not None else None
+        if self.broker is not None and self.broker.alive():
+            self.broker.stop()
+        b = BrokerProcess(
+            self.workdir,
+            *TIERED_BROKER,
+            *self.store.overrides(),
+            *extra,
+            port=port,
+            module="tests.integration.tiered_launcher" if faults else "tierlog.cli",
+            env={"TIERLOG_TEST_FAULTS": str(self.faults)} if faults else None,
+        )
+        if self.broker is not None:
+            b.starts = self.broker.starts
+        self.broker = b
+        b.store = self.store  # type: ignore[attr-defined]
+        b.start()
+        return b
+
+
+@pytest.fixture(params=TIERED_KINDS)
+def tiered_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[TieredEnv]:
+    kind = request.param
+    sw = request.getfixturevalue("seaweedfs") if kind == "s3" else None
+    workdir = tmp_path / "broker"
+    workdir.mkdir()
+    env = TieredEnv(kind, workdir, make_store(kind, workdir, sw))
+    try:
+        yield env
+    finally:
+        if env.broker is not None and env.broker.alive():
+            with contextlib.suppress(RuntimeError):
+                env.broker.stop()
+        env.store.close()
 
 
 @pytest.fixture
@@ -181,7 +274,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     outcome = yield
     report = outcome.get_result()  # type: ignore[attr-defined]
     if report.when == "call" and report.failed:
-        for name in ("fresh_broker", "broker"):
+        for name in ("fresh_broker", "broker", "tiered_broker", "tiered_env"):
             b = item.funcargs.get(name) if hasattr(item, "funcargs") else None  # type: ignore[attr-defined]
+            if isinstance(b, TieredEnv):
+                b = b.broker
             if isinstance(b, BrokerProcess):
                 report.sections.append((f"{name} log tail", b.tail(80)))

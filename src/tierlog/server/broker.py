@@ -1,13 +1,17 @@
 """``tierlog serve``: wiring the broker's parts, startup and clean shutdown.
 
-Startup order: log manager (loads and recovers every log) → ``__consumer_offsets`` → replica
-manager → group coordinator (replays its partitions) → listeners. A line
-``tierlog broker started: node N listening on host:port`` on stderr says it is ready.
+Startup order: log manager (loads and recovers every log) → ``__consumer_offsets`` → tiered
+storage when ``remote.log.storage.system.enable=true`` (``__remote_log_metadata``, remote
+storage, metadata manager, RemoteLogManager taking every tiered partition; see
+:mod:`tierlog.server.tiered_storage`) → replica manager → group coordinator (replays its
+partitions) → listeners. A line ``tierlog broker started: node N listening on host:port``
+on stderr says it is ready.
 
 Shutdown (SIGTERM, SIGINT/Ctrl-C): stop accepting and close the connections, stop the group
-coordinator (parked joins get NOT_COORDINATOR), wake parked fetches, then the log manager
-flushes every log and writes the checkpoints and the clean-shutdown marker, so the next
-start finds a clean log. A second signal during shutdown is ignored: the flush must finish.
+coordinator (parked joins get NOT_COORDINATOR), wake parked fetches, stop tiered storage
+(tasks cancelled, metadata file caches written), then the log manager flushes every log and
+writes the checkpoints and the clean-shutdown marker, so the next start finds a clean log.
+A second signal during shutdown is ignored: the flush must finish.
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ from tierlog.server.kafka_config import KafkaConfig
 from tierlog.server.network import SocketServer
 from tierlog.server.offset_store import OffsetStore, ensure_offsets_topic
 from tierlog.server.producer_id_manager import ProducerIdManager
+from tierlog.server.remote_log_metadata_publisher import REMOTE_LOG_METADATA_TOPIC_NAME
 from tierlog.server.replica_manager import ReplicaManager
+from tierlog.server.tiered_storage import TieredStorage
 
 __all__ = ["Broker", "main", "run"]
 
@@ -45,6 +51,8 @@ class Broker:
         self.group_coordinator: GroupCoordinator | None = None
         self.apis: KafkaApis | None = None
         self.server: SocketServer | None = None
+        self.tiered: TieredStorage | None = None
+        self._tiered_task: asyncio.Task[None] | None = None
         self.bound: list[tuple[str, int]] = []
         self._stopped = asyncio.Event()
         self._shutting_down = False
@@ -78,8 +86,17 @@ class Broker:
         num_offsets = ensure_offsets_topic(
             lm, c.offsets_topic_num_partitions, c.offsets_topic_segment_bytes
         )
-        rm = ReplicaManager(lm)
+        tiered: TieredStorage | None = None
+        if c.remote_log_storage_system_enable:
+            tiered = TieredStorage(c, lm, asyncio.get_running_loop())
+            self.tiered = tiered
+            await asyncio.to_thread(tiered.start)
+        rm = ReplicaManager(lm, remote_log_manager=tiered.rlm if tiered is not None else None)
         self.replica_manager = rm
+        if tiered is not None:
+            # Events appended to __remote_log_metadata wake the fetches parked on it.
+            tiered.on_metadata_append = lambda mp: rm.wake(REMOTE_LOG_METADATA_TOPIC_NAME, mp)
+            self._tiered_task = asyncio.create_task(tiered.run(), name="tiered-storage")
         gc = GroupCoordinator(
             OffsetStore(rm),
             initial_rebalance_delay_ms=c.group_initial_rebalance_delay_ms,
@@ -115,6 +132,7 @@ class Broker:
             producer_id_manager=ProducerIdManager(c.log_dirs[0]),
             endpoint=endpoint,
             cluster_id=lm.cluster_id,
+            tiered=tiered,
         )
         listening = ", ".join(f"{h}:{p}" for h, p in self.bound)
         log.info(
@@ -164,6 +182,17 @@ class Broker:
                 log.exception("group coordinator stop failed")
         if self.replica_manager is not None:
             self.replica_manager.wake_all()
+        if self._tiered_task is not None:
+            self._tiered_task.cancel()
+            try:
+                await self._tiered_task
+            except asyncio.CancelledError:
+                pass
+        if self.tiered is not None:
+            try:
+                await asyncio.to_thread(self.tiered.close)
+            except Exception:
+                log.exception("tiered storage stop failed")
         if self.log_manager is not None:
             await asyncio.to_thread(self.log_manager.shutdown)
         log.info("tierlog broker stopped cleanly in %.2fs", time.monotonic() - t0)

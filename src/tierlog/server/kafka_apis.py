@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from tierlog.server.kafka_config import KafkaConfig
     from tierlog.server.producer_id_manager import ProducerIdManager
     from tierlog.server.replica_manager import ReplicaManager
+    from tierlog.server.tiered_storage import TieredStorage
 
 log = logging.getLogger(__name__)
 
@@ -141,6 +142,7 @@ class KafkaApis:
         endpoint: BrokerEndpoint,
         cluster_id: str,
         on_topics_changed: Callable[[str], None] | None = None,
+        tiered: TieredStorage | None = None,
     ) -> None:
         self.config = config
         self.log_manager = log_manager
@@ -151,6 +153,8 @@ class KafkaApis:
         self.cluster_id = cluster_id
         self.node_id = endpoint.node_id
         self._on_topics_changed = on_topics_changed
+        #: Tiered storage (None when remote.log.storage.system.enable=false).
+        self.tiered = tiered
         #: The client address of the request being dispatched (JoinGroup's client_host).
         self.client_host = ""
         from tierlog.server.handlers import HANDLERS
@@ -176,8 +180,11 @@ class KafkaApis:
         return api_key in self._handlers
 
     def topic_changed(self, name: str) -> None:
-        """A topic was created, deleted or grew partitions: drop cached partition views."""
+        """A topic was created, deleted or grew partitions, or its remote storage turned on:
+        drop cached partition views; tiered storage takes its new tiered partitions."""
         self.replica_manager.forget_topic(name)
+        if self.tiered is not None:
+            self.tiered.topic_changed(name)
         if self._on_topics_changed is not None:
             self._on_topics_changed(name)
 

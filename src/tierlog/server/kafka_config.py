@@ -301,6 +301,12 @@ _BROKER_ONLY: tuple[BrokerConfigDef, ...] = (
        "Quota on bytes read from remote storage per second."),
     _d("remote.log.metadata.topic.num.partitions", "int", 50, _min(1),
        "Partitions of __remote_log_metadata (also read as rlmm.config.<this key>, as Kafka)."),
+    _d("remote.log.manager.task.retry.backoff.ms", "long", 500, _min(1),
+       "First backoff of a failed remote copy task; doubles on each further failure."),
+    _d("remote.log.manager.task.retry.backoff.max.ms", "long", 30_000, _min(1),
+       "Largest backoff of a failing remote copy task."),
+    _d("remote.log.manager.task.retry.jitter", "double", 0.2, None,
+       "Random jitter (+-fraction) applied to the remote copy task backoff."),
     _d("remote.log.metadata.custom.metadata.max.bytes", "int", 128, _min(0),
        "Largest custom metadata a RemoteStorageManager may return per segment."),
     _ignored("remote.log.storage.manager.class.name", "string", None, None, _NO_PLUGIN),
@@ -639,6 +645,15 @@ class KafkaConfig:
             self.remote_log_metadata_topic_num_partitions = _parse_value(d, rlmm_partitions)
         self.remote_log_metadata_custom_metadata_max_bytes: int = get(
             "remote.log.metadata.custom.metadata.max.bytes"
+        )
+        self.remote_log_manager_task_retry_backoff_ms: int = get(
+            "remote.log.manager.task.retry.backoff.ms"
+        )
+        self.remote_log_manager_task_retry_backoff_max_ms: int = get(
+            "remote.log.manager.task.retry.backoff.max.ms"
+        )
+        self.remote_log_manager_task_retry_jitter: float = get(
+            "remote.log.manager.task.retry.jitter"
         )
         self.metrics_port: int | None = get("metrics.port")
 

@@ -10,6 +10,22 @@ one future on every partition it reads; the next append to any of them completes
 and the fetch reads again, until ``min_bytes`` is reached or ``max_wait_ms`` expires. Appends
 pay one list check per partition for this.
 
+Remote reads (tiered storage, KIP-405): a fetch offset in [log start offset, local log start
+offset) of a partition with remote storage is read from remote storage by the
+RemoteLogManager. Every such partition of a request is read at once, on the manager's
+``remote.log.reader.threads`` pool, and the response waits for them up to
+``remote.fetch.max.wait.ms`` (Kafka <= 4.1 served only the first one per request). Each gets
+``min(partition max bytes, what is left of the request's max bytes)`` and ``min_one_message``
+only while the response holds no data yet, as a local read. Outcome per partition, the others
+unaffected: data; OFFSET_OUT_OF_RANGE (1) when no remote segment holds the offset;
+KAFKA_STORAGE_ERROR (56, retriable) when remote storage fails or returns corrupt data;
+empty records and no error when the read is not done by the deadline (Kafka's
+DelayedRemoteFetch expiry: the client simply fetches again) or when
+``remote.log.manager.fetch.max.bytes.per.second`` is exceeded. Consumers never get
+OFFSET_MOVED_TO_TIERED_STORAGE (109); followers (replica id >= 0) do, as in Kafka. After each
+remote read the range a sequential consumer asks for next is read ahead
+(:mod:`tierlog.server.remote_read_ahead`).
+
 Runs on the event loop thread only (not thread-safe). The log calls made here are the cheap
 ones and are called directly: an append is a page-cache write (~1 ms of CPU per MB measured,
 the CRC and copies included) and a read a page-cache read. fsyncs never happen here: the log
@@ -34,7 +50,10 @@ from tierlog.errors import (
     InvalidRecord,
     InvalidTopic,
     KafkaStorageError,
+    OffsetMovedToTieredStorage,
     OffsetOutOfRange,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
     UnknownTopicOrPartition,
 )
 from tierlog.log.log_config import LONG_MAX
@@ -43,6 +62,9 @@ from tierlog.records.record_batch import LOG_OVERHEAD, read_header
 if TYPE_CHECKING:
     from tierlog.log.log import Log
     from tierlog.log.log_manager import LogManager
+    from tierlog.server.remote_read_ahead import RemoteReadAhead
+    from tierlog.tiered.remote_log_manager import RemoteLogManager
+    from tierlog.tiered.remote_log_reader import RemoteStorageFetchInfo
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +137,8 @@ class FetchPartitionResult:
     last_stable_offset: int = -1
     log_start_offset: int = -1
     records: bytes | memoryview | None = None
+    #: Set while the records must still be read from remote storage.
+    remote: RemoteStorageFetchInfo | None = None
 
     @property
     def size(self) -> int:
@@ -135,10 +159,14 @@ class FetchPartitionRequest:
 class ReplicaManager:
     """Leader-side produce and fetch over the LogManager's logs."""
 
-    def __init__(self, log_manager: LogManager, *, remote_reader: Any = None) -> None:
+    def __init__(
+        self, log_manager: LogManager, *, remote_log_manager: RemoteLogManager | None = None
+    ) -> None:
         self.log_manager = log_manager
         self._partitions: dict[tuple[str, int], Partition] = {}
-        self._remote_reader = remote_reader
+        #: Serves offsets below the local log start offset (None: no tiered storage).
+        self.remote_log_manager = remote_log_manager
+        self._read_ahead: RemoteReadAhead | None = None
 
     # ----------------------------------------------------------------- partitions
 
@@ -159,6 +187,13 @@ class ReplicaManager:
         p = Partition(topic, index, lg, topic_id)
         self._partitions[key] = p
         return p
+
+    def wake(self, topic: str, index: int) -> None:
+        """Complete the fetches parked on a partition (an append that did not come through
+        :meth:`append_records`, e.g. the remote log metadata)."""
+        p = self._partitions.get((topic, index))
+        if p is not None:
+            p.wake_waiters()
 
     def forget_topic(self, topic: str) -> None:
         """Drop the cached partitions of a deleted (or re-created) topic; wake their fetches."""
@@ -274,8 +309,14 @@ class ReplicaManager:
         *,
         min_one_message: bool,
         isolation_level: int,
+        replica_id: int = -1,
     ) -> FetchPartitionResult:
-        """Read up to ``max_bytes`` from ``fetch_offset`` (whole batches; see Log.read)."""
+        """Read up to ``max_bytes`` from ``fetch_offset`` (whole batches; see Log.read).
+
+        An offset held only in remote storage comes back with :attr:`FetchPartitionResult.remote`
+        set (no records yet: :meth:`fetch` reads them), or OFFSET_MOVED_TO_TIERED_STORAGE for a
+        follower (``replica_id >= 0``).
+        """
         if p is None:
             return FetchPartitionResult(UnknownTopicOrPartition.error_code)
         lg = p.log
@@ -285,18 +326,24 @@ class ReplicaManager:
         if lso <= fetch_offset <= lg.log_end_offset:
             result.records = b""
             return result
+        if self._plan_remote_read(p, result, fetch_offset, max_bytes, min_one_message, replica_id):
+            return result
         try:
             data = lg.read(fetch_offset, max_bytes, max_offset=lso, min_one_message=min_one_message)
         except OffsetOutOfRange:
+            # The local segment may have been deleted (tiered) since the check above.
+            if self._plan_remote_read(
+                p, result, fetch_offset, max_bytes, min_one_message, replica_id
+            ):
+                return result
             result.error_code = OffsetOutOfRange.error_code
             result.records = b""
             return result
         except ApiError as e:
             # Never OFFSET_MOVED_TO_TIERED_STORAGE (109) to consumers: it is for followers,
-            # and kafkajs treats unknown codes as fatal. Until remote reads are served,
-            # answer with a retriable storage error.
+            # and kafkajs treats unknown codes as fatal.
             code = e.error_code
-            if code == 109:
+            if code == OffsetMovedToTieredStorage.error_code:
                 code = KafkaStorageError.error_code
             result.error_code = code
             result.records = b""
@@ -309,18 +356,119 @@ class ReplicaManager:
         result.records = data.records
         return result
 
+    def _plan_remote_read(
+        self,
+        p: Partition,
+        result: FetchPartitionResult,
+        fetch_offset: int,
+        max_bytes: int,
+        min_one_message: bool,
+        replica_id: int,
+    ) -> bool:
+        """When ``fetch_offset`` is only in remote storage, prepare ``result`` for a remote
+        read (or answer a follower with 109); True then."""
+        rlm = self.remote_log_manager
+        lg = p.log
+        if rlm is None or p.topic_id is None or not rlm.needs_remote_read(lg, fetch_offset):
+            return False
+        result.records = b""
+        if replica_id >= 0:
+            result.error_code = OffsetMovedToTieredStorage.error_code
+            return True
+        from tierlog.tiered.remote_log_reader import RemoteStorageFetchInfo
+        from tierlog.tiered.remote_log_segment_metadata import TopicIdPartition
+
+        result.remote = RemoteStorageFetchInfo(
+            TopicIdPartition(p.topic_id, p.topic, p.index),
+            fetch_offset,
+            max_bytes,
+            min_one_message,
+        )
+        return True
+
+    async def read_remote(self, results: list[FetchPartitionResult]) -> int:
+        """Fill in every result that waits for a remote read: all at once, within
+        ``remote.fetch.max.wait.ms`` (see the module docstring for the outcomes). Returns
+        how many were skipped because the remote fetch quota is exceeded."""
+        rlm = self.remote_log_manager
+        pending = [r for r in results if r.remote is not None]
+        throttled = 0
+        if rlm is None or not pending:
+            return throttled
+        if self._read_ahead is None:
+            from tierlog.server.remote_read_ahead import RemoteReadAhead
+
+            self._read_ahead = RemoteReadAhead(rlm)
+        read_ahead = self._read_ahead
+        futures: dict[asyncio.Future[Any], tuple[FetchPartitionResult, RemoteStorageFetchInfo]] = {}
+        for r in pending:
+            fi, r.remote = r.remote, None
+            assert fi is not None
+            if rlm.is_remote_fetch_quota_exceeded():
+                throttled += 1  # empty records, no error; the client comes back later
+                continue
+            future = read_ahead.take(fi)
+            try:
+                if future is None:
+                    future = rlm.read_async(fi)
+            except RemoteStorageError as e:  # too many reads pending, or shutting down
+                log.warning("remote read of %s at %d refused: %s",
+                            fi.topic_id_partition, fi.fetch_offset, e)  # fmt: skip
+                r.error_code = KafkaStorageError.error_code
+                continue
+            futures[asyncio.wrap_future(future)] = (r, fi)
+        if not futures:
+            return throttled
+        wait_s = rlm.config.remote_fetch_max_wait_ms / 1000
+        done, not_done = await asyncio.wait(futures, timeout=wait_s)
+        for fut in not_done:
+            fut.cancel()  # the read is dropped; the partition answers empty (Kafka's expiry)
+        for fut, (r, fi) in futures.items():  # submission order: deterministic results
+            if fut not in done:
+                continue
+            error = fut.exception()
+            if error is None:
+                info = fut.result()
+                r.records = info.records
+                read_ahead.after(fi, info)  # the consumer's next fetch, read meanwhile
+            elif isinstance(error, OffsetOutOfRange):
+                r.error_code = OffsetOutOfRange.error_code
+            elif isinstance(error, RemoteResourceNotFoundError):
+                log.error("remote read failed, an object is missing from remote storage "
+                          "(`tierlog remote verify` lists them): %s", error)  # fmt: skip
+                r.error_code = KafkaStorageError.error_code
+            elif isinstance(error, RemoteStorageError):
+                log.warning("remote read failed: %s", error)
+                r.error_code = KafkaStorageError.error_code
+            else:
+                log.error("remote read failed", exc_info=error)
+                r.error_code = KafkaStorageError.error_code
+        return throttled
+
+    async def _answer_remote(
+        self, results: list[FetchPartitionResult], max_wait_ms: int
+    ) -> list[FetchPartitionResult]:
+        throttled = await self.read_remote(results)
+        if throttled and max_wait_ms > 0 and not any(r.size or r.error_code for r in results):
+            # Only throttled partitions: answer after the long-poll wait, not at once, or
+            # the consumer would spin on empty responses until the quota refills.
+            await asyncio.sleep(min(max_wait_ms, 1000) / 1000)
+        return results
+
     def fetch_once(
         self,
         requests: list[FetchPartitionRequest],
         *,
         max_bytes: int,
         isolation_level: int,
+        replica_id: int = -1,
     ) -> tuple[list[FetchPartitionResult], int, bool, list[Partition]]:
         """Read every requested partition once, honouring the response-level ``max_bytes``.
 
         Returns (results, total bytes, any error, the partitions read). As in Kafka, the first
         partition that returns data may exceed the limits by one batch (``min_one_message``)
-        so that a consumer always makes progress.
+        so that a consumer always makes progress. Partitions to read from remote storage come
+        back with ``remote`` set (see :meth:`read_remote`).
         """
         results: list[FetchPartitionResult] = []
         partitions: list[Partition] = []
@@ -339,9 +487,15 @@ class ReplicaManager:
                 partitions.append(p)
             if limit <= 0 and not min_one:
                 res = self.read_partition(
-                    p, r.fetch_offset, 0, min_one_message=False, isolation_level=isolation_level
+                    p,
+                    r.fetch_offset,
+                    0,
+                    min_one_message=False,
+                    isolation_level=isolation_level,
+                    replica_id=replica_id,
                 )
                 res.records = b""
+                res.remote = None
             else:
                 res = self.read_partition(
                     p,
@@ -349,6 +503,7 @@ class ReplicaManager:
                     max(limit, 0),
                     min_one_message=min_one,
                     isolation_level=isolation_level,
+                    replica_id=replica_id,
                 )
             size = res.size
             if size:
@@ -368,12 +523,16 @@ class ReplicaManager:
         min_bytes: int,
         max_bytes: int,
         isolation_level: int,
+        replica_id: int = -1,
     ) -> list[FetchPartitionResult]:
         """Kafka's fetchMessages: answer at once when ``min_bytes`` are there (or on an
-        error), else wait for appends to the requested partitions up to ``max_wait_ms``."""
+        error, or after remote reads), else wait for appends to the requested partitions up
+        to ``max_wait_ms``."""
         results, total, error, parts = self.fetch_once(
-            requests, max_bytes=max_bytes, isolation_level=isolation_level
+            requests, max_bytes=max_bytes, isolation_level=isolation_level, replica_id=replica_id
         )
+        if any(r.remote is not None for r in results):
+            return await self._answer_remote(results, max_wait_ms)
         if max_wait_ms <= 0 or total >= max(min_bytes, 1) or error or not requests:
             return results
         loop = asyncio.get_running_loop()
@@ -393,15 +552,22 @@ class ReplicaManager:
                 for p in parts:
                     p.remove_waiter(fut)
             results, total, error, parts = self.fetch_once(
-                requests, max_bytes=max_bytes, isolation_level=isolation_level
+                requests,
+                max_bytes=max_bytes,
+                isolation_level=isolation_level,
+                replica_id=replica_id,
             )
+            if any(r.remote is not None for r in results):
+                return await self._answer_remote(results, max_wait_ms)
             if total >= max(min_bytes, 1) or error:
                 return results
 
     def wake_all(self) -> None:
-        """Complete every parked fetch (shutdown)."""
+        """Complete every parked fetch and drop the remote reads ahead (shutdown)."""
         for p in list(self._partitions.values()):
             p.wake_waiters()
+        if self._read_ahead is not None:
+            self._read_ahead.clear()
 
 
 def _safe_log_start(p: Partition) -> int:

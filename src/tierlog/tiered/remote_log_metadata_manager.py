@@ -279,8 +279,15 @@ class _MetadataStore:
                 raise InvalidRemoteStateTransitionError(_name(src), metadata.state.name, tp)
             self.delete_states[tp] = metadata
             if metadata.state == RemotePartitionDeleteState.DELETE_PARTITION_FINISHED:
-                self.caches.pop(tp, None)
                 self.delete_states.pop(tp, None)
+                old = self.caches.get(tp)
+                if old is not None:
+                    # Every segment before is gone; events after it (remote storage enabled
+                    # again on the topic) start a new history, which a replay must keep.
+                    fresh = RemoteLogMetadataCache(tp)
+                    if old.is_initialized:
+                        fresh.mark_initialized()
+                    self.caches[tp] = fresh
         elif isinstance(metadata, RemoteLogSegmentMetadataSnapshot):
             pass  # only ever found in Kafka 3.6-3.7 snapshot files, never in the topic
 
@@ -428,6 +435,9 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self._lock = threading.RLock()
         self._store = _MetadataStore()
         self._next_offset: dict[TopicIdPartition, int] = {}
+        #: Metadata offset each partition's file cache was last written at (flush skips
+        #: the partitions that consumed nothing since).
+        self._saved_offset: dict[TopicIdPartition, int] = {}
         self._closed = False
 
     # ------------------------------------------------------------------ files
@@ -456,7 +466,11 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         if path is None or not cache.is_initialized:
             return
         mp = self.metadata_partition(tp)
-        metadata_cache_file.save(path, cache, {mp: self._next_offset[tp]})
+        offset = self._next_offset[tp]
+        if self._saved_offset.get(tp) == offset:
+            return  # the file already holds this state
+        metadata_cache_file.save(path, cache, {mp: offset})
+        self._saved_offset[tp] = offset
 
     # ------------------------------------------------------------------ consuming
 
@@ -496,6 +510,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             return
         mp = self.metadata_partition(tp)
         cache, next_offset = RemoteLogMetadataCache(tp), 0
+        source = "no cache file"
         path = self.cache_file(tp)
         if path is not None and path.exists():
             try:
@@ -503,12 +518,26 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 if loaded.topic_id_partition != tp or mp not in offsets:
                     raise CorruptMetadataCacheError(f"{path} is not the cache of {tp} at {mp}")
                 cache, next_offset = loaded, offsets[mp]
+                self._saved_offset[tp] = next_offset
+                source = "loaded from its cache file"
             except CorruptMetadataCacheError as e:
                 log.warning("re-reading %s for %s: %s", REMOTE_LOG_METADATA_TOPIC_NAME, tp, e)
+                source = "corrupt cache file, re-read"
+
         self._store.caches[tp] = cache
         self._next_offset[tp] = next_offset
         self._catch_up(mp)
+        cache = self._store.caches[tp]  # a replayed partition deletion starts a fresh cache
         cache.mark_initialized()
+        log.info(
+            "remote log metadata of %s ready: %s, consumed %s-%d from offset %d to %d",
+            tp,
+            source,
+            REMOTE_LOG_METADATA_TOPIC_NAME,
+            mp,
+            next_offset,
+            self._next_offset[tp],
+        )
 
     # ------------------------------------------------------------------ publishing
 
@@ -531,7 +560,9 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self._publish(metadata.topic_id_partition, metadata)
         if metadata.state == RemotePartitionDeleteState.DELETE_PARTITION_FINISHED:
             with self._lock:
+                self._store.caches.pop(metadata.topic_id_partition, None)
                 self._next_offset.pop(metadata.topic_id_partition, None)
+                self._saved_offset.pop(metadata.topic_id_partition, None)
                 path = self.cache_file(metadata.topic_id_partition)
                 if path is not None:
                     path.unlink(missing_ok=True)
@@ -588,6 +619,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 self._save(tp, cache)
                 del self._store.caches[tp]
                 del self._next_offset[tp]
+                self._saved_offset.pop(tp, None)
 
     def close(self) -> None:
         """Save every file cache and stop serving; idempotent."""
@@ -598,6 +630,7 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
             self._closed = True
             self._store = _MetadataStore()
             self._next_offset.clear()
+            self._saved_offset.clear()
 
 
 __all__ = [

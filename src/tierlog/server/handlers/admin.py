@@ -9,6 +9,7 @@ static configs, which are read-only.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -211,9 +212,14 @@ def handle_delete_topics(apis: KafkaApis, ev: Request) -> Any:
                 continue
             if name in INTERNAL_TOPICS:
                 raise InvalidTopic(f"{name} is an internal topic and cannot be deleted")
+            # Tiered: the remote data is owed a deletion before the topic goes (a crash in
+            # between resumes it at startup), and deleted in the background after.
+            pending = apis.tiered.before_topic_deleted(info) if apis.tiered is not None else None
             lm.delete_topic(name)
             log.info("deleted topic %s", name)
             apis.topic_changed(name)
+            if apis.tiered is not None:
+                apis.tiered.after_topic_deleted(pending)
         except ApiError as e:
             res["error_code"], res["error_message"] = e.error_code, e.message
         except OSError as e:
@@ -278,6 +284,7 @@ def handle_delete_records(apis: KafkaApis, ev: Request) -> Any:
     req = ev.request
     rm = apis.replica_manager
     topics = []
+    moved = False
     for t in req.topics:
         parts = []
         for p in t.partitions:
@@ -300,6 +307,7 @@ def handle_delete_records(apis: KafkaApis, ev: Request) -> Any:
                 if offset < 0 or offset > hw:
                     raise OffsetOutOfRange(f"offset {p.offset} is outside [0, high watermark {hw}]")
                 res["low_watermark"] = int(lg.delete_records_before(offset))
+                moved = True
                 part.wake_waiters()
             except ApiError as e:
                 res["error_code"] = e.error_code
@@ -308,9 +316,23 @@ def handle_delete_records(apis: KafkaApis, ev: Request) -> Any:
                 res["error_code"] = KafkaStorageError.error_code
             parts.append(res)
         topics.append({"name": t.name, "partitions": parts})
-    return build(
+    response = build(
         response_class(DELETE_RECORDS, ev.api_version), {"throttle_time": 0, "topics": topics}
     )
+    if not moved:
+        return response
+
+    async def checkpoint() -> Any:
+        # Make the new log start offsets durable before answering: with tiered storage the
+        # expiration task deletes the remote data below them, which a restart with a stale
+        # checkpoint must not offer to consumers again.
+        try:
+            await asyncio.to_thread(apis.log_manager.checkpoint_log_start_offsets)
+        except Exception:
+            log.exception("writing the log start offset checkpoints failed")
+        return response
+
+    return checkpoint()
 
 
 # --------------------------------------------------------------------------- configs
@@ -464,9 +486,35 @@ def _apply_topic_config(
     else:
         new = config.with_overrides(sets, replace=True)
     new.validate()
-    if not validate_only:
+    was_remote, now_remote = config.remote_storage_enable, new.remote_storage_enable
+    if now_remote and topic in INTERNAL_TOPICS:
+        raise ConfigError("remote.storage.enable", f"internal topic {topic} is never tiered")
+    if was_remote and not now_remote and not new.get("remote.log.delete.on.disable"):
+        # Kafka's validateTurningOffRemoteStorageWithDelete.
+        raise ConfigError(
+            "remote.storage.enable",
+            "it is invalid to disable remote storage without deleting remote data. To keep the "
+            "remote data and make the topic read only, set remote.storage.enable=true and "
+            "remote.log.copy.disable=true. To disable remote storage and delete all remote "
+            "data, set remote.storage.enable=false and remote.log.delete.on.disable=true",
+        )
+    if validate_only:
+        return
+    tiered = apis.tiered
+    pending = None
+    if was_remote and not now_remote and tiered is not None:
+        pending = tiered.before_remote_storage_disabled(info)
+    try:
         lm.alter_topic_config(topic, overrides, incremental=incremental)
-        log.info("altered configs of topic %s: %s", topic, dict(overrides))
+    except BaseException:
+        if pending is not None and tiered is not None:
+            tiered.pending.remove(pending)
+        raise
+    log.info("altered configs of topic %s: %s", topic, dict(overrides))
+    if pending is not None and tiered is not None:
+        tiered.after_remote_storage_disabled(pending)
+    elif now_remote and not was_remote and tiered is not None:
+        tiered.topic_changed(topic)
 
 
 def handle_alter_configs(apis: KafkaApis, ev: Request) -> Any:

@@ -8,6 +8,8 @@
   never created gets FETCH_SESSION_ID_NOT_FOUND (70) and the client starts over.
 * Every partition carries the high watermark, the last stable offset (librdkafka and
   kafkajs read committed by default) and the log start offset (librdkafka resets to it).
+* Offsets below the local log start offset of a tiered partition are read from remote
+  storage, every such partition of the request at once (see ReplicaManager).
 """
 
 from __future__ import annotations
@@ -37,6 +39,16 @@ def _max_wait_ms(req: Any) -> int:
     if isinstance(w, int):
         return w
     return int(w.total_seconds() * 1000)
+
+
+def _replica_id(req: Any) -> int:
+    """The fetching replica (-1 for consumers): ``replica_id`` before v15, then
+    ``replica_state.replica_id``."""
+    state = getattr(req, "replica_state", None)
+    rid: Any = getattr(state, "replica_id", None) if state is not None else None
+    if rid is None:
+        rid = getattr(req, "replica_id", -1)
+    return int(rid)
 
 
 def handle_fetch(apis: KafkaApis, ev: Request) -> Any:
@@ -85,6 +97,7 @@ def handle_fetch(apis: KafkaApis, ev: Request) -> Any:
         min_bytes=req.min_bytes,
         max_bytes=max_bytes,
         isolation_level=isolation,
+        replica_id=_replica_id(req),
     )
 
     async def respond() -> Any:

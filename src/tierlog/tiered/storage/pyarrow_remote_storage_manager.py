@@ -137,6 +137,7 @@ class PyArrowRemoteStorageManager(RemoteStorageManager):
         retry_attempts: int = 3,
         filesystem: pafs.FileSystem | None = None,
         chunk_index_cache_entries: int = 4096,
+        create_root: bool = True,
     ) -> None:
         if compression not in COMPRESSIONS:
             raise ConfigError("compression", f"must be one of {COMPRESSIONS}, got {compression!r}")
@@ -198,15 +199,18 @@ class PyArrowRemoteStorageManager(RemoteStorageManager):
         self._local = isinstance(fs, pafs.LocalFileSystem)
         # object stores publish an object atomically when its upload completes
         self._atomic_put = fs.type_name in ("s3", "gcs")
-        if self._local:
+        if self._local and create_root:
             Path(self._root).mkdir(parents=True, exist_ok=True)
         self._chunk_lock = threading.Lock()
         self._chunk_cache: OrderedDict[Any, ChunkIndex | None] = OrderedDict()
         self._chunk_cache_entries = chunk_index_cache_entries
 
     @classmethod
-    def from_config(cls, configs: Mapping[str, str]) -> PyArrowRemoteStorageManager:
-        """Build from ``rsm.config.*`` values (prefix stripped).
+    def from_config(
+        cls, configs: Mapping[str, str], *, create_root: bool = True
+    ) -> PyArrowRemoteStorageManager:
+        """Build from ``rsm.config.*`` values (prefix stripped); ``create_root=False`` for
+        read-only tools (a local root is not created).
 
         Raises:
             ConfigError: an unknown key, a missing ``uri`` or a bad value.
@@ -236,6 +240,7 @@ class PyArrowRemoteStorageManager(RemoteStorageManager):
             connect_timeout=num("connect.timeout.ms", 5000) / 1000,
             request_timeout=num("request.timeout.ms", 30000) / 1000,
             retry_attempts=int(num("retry.max.attempts", 3)),
+            create_root=create_root,
         )
 
     # ------------------------------------------------------------------ names

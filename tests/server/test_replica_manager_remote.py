@@ -1,0 +1,154 @@
+"""ReplicaManager's remote reads with a stand-in remote log manager: every remote partition of
+a fetch at once, each outcome mapped for that partition only, the deadline, the quota,
+followers, and the read ahead."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from concurrent.futures import Future
+from types import SimpleNamespace
+
+import pytest
+
+from tierlog.errors import OffsetOutOfRange, RemoteResourceNotFoundError, RemoteStorageError
+from tierlog.log.log_config import LogConfig
+from tierlog.log.log_manager import LogManager
+from tierlog.log.log_segment import FetchDataInfo
+from tierlog.records.default_records import build_batch
+from tierlog.server.replica_manager import FetchPartitionRequest, ReplicaManager
+
+REMOTE_BELOW = 5  # offsets below this are "in remote storage"
+
+
+def remote_batch(offset: int, n: int = 2) -> bytes:
+    return build_batch([(1, b"r", b"%d" % i) for i in range(n)], base_offset=offset)
+
+
+class FakeRLM:
+    def __init__(self) -> None:
+        self.config = SimpleNamespace(remote_fetch_max_wait_ms=300)
+        self.quota_exceeded = False
+        self.outcome: dict[int, object] = {}  # partition -> exception | "hang" | None (data)
+        self.reads: list[tuple[int, int, int, bool]] = []
+        self.lock = threading.Lock()
+
+    def needs_remote_read(self, lg, offset: int) -> bool:
+        return lg.log_start_offset <= offset < REMOTE_BELOW
+
+    def is_remote_fetch_quota_exceeded(self) -> bool:
+        return self.quota_exceeded
+
+    def read_async(self, fi) -> Future:
+        tp = fi.topic_id_partition
+        with self.lock:
+            self.reads.append((tp.partition, fi.fetch_offset, fi.max_bytes, fi.min_one_message))
+        fut: Future = Future()
+        outcome = self.outcome.get(tp.partition)
+        if outcome == "hang":
+            return fut
+        if isinstance(outcome, BaseException):
+            fut.set_exception(outcome)
+        elif fi.fetch_offset >= REMOTE_BELOW:
+            fut.set_exception(OffsetOutOfRange("not remote"))
+        else:
+            fut.set_result(FetchDataInfo(fi.fetch_offset, remote_batch(fi.fetch_offset)))
+        return fut
+
+
+@pytest.fixture
+def lm(tmp_path):
+    m = LogManager([tmp_path / "logs"], LogConfig())
+    m.startup()
+    m.create_topic("t", 3, {})
+    for p in range(3):
+        lg = m.get_log("t", p)
+        for i in range(4):
+            lg.append(build_batch([(1, b"k", b"%d" % i)] * 2), leader_epoch=0)  # offsets 0-7
+        lg.update_high_watermark(lg.log_end_offset)
+    yield m
+    m.shutdown()
+
+
+@pytest.fixture
+def rlm() -> FakeRLM:
+    return FakeRLM()
+
+
+@pytest.fixture
+def rm(lm, rlm):
+    return ReplicaManager(lm, remote_log_manager=rlm)  # type: ignore[arg-type]
+
+
+def fetch(rm, parts, *, replica_id=-1, max_wait_ms=500, max_bytes=1 << 20):
+    reqs = [FetchPartitionRequest("t", p, off, 1 << 16) for p, off in parts]
+    return asyncio.run(
+        rm.fetch(
+            reqs,
+            max_wait_ms=max_wait_ms,
+            min_bytes=1,
+            max_bytes=max_bytes,
+            isolation_level=0,
+            replica_id=replica_id,
+        )
+    )
+
+
+def test_every_remote_partition_is_read_at_once_beside_local_ones(rm, rlm):
+    r = fetch(rm, [(0, 0), (1, 2), (2, 6)])
+    assert [x.error_code for x in r] == [0, 0, 0]
+    assert bytes(r[0].records) == remote_batch(0) and bytes(r[1].records) == remote_batch(2)
+    assert r[2].records  # local
+    # Both submitted before either was awaited (then the reads ahead: 0 at 2, 1 at 4).
+    assert [x[:2] for x in rlm.reads[:2]] == [(0, 0), (1, 2)]
+    assert {x[:2] for x in rlm.reads[2:]} == {(0, 2), (1, 4)}
+    # No data in the response yet when either was planned: both may return one whole batch.
+    assert [x[3] for x in rlm.reads[:2]] == [True, True]
+
+
+def test_each_partition_gets_its_own_error_others_unaffected(rm, rlm):
+    rlm.outcome = {
+        0: OffsetOutOfRange("gone"),
+        1: RemoteResourceNotFoundError("object missing"),
+        2: RemoteStorageError("S3 down"),
+    }
+    r = fetch(rm, [(0, 0), (1, 0), (2, 0)])
+    assert [(x.error_code, bytes(x.records)) for x in r] == [(1, b""), (56, b""), (56, b"")]
+    rlm.outcome = {1: RemoteStorageError("S3 down")}
+    r = fetch(rm, [(0, 0), (1, 0), (2, 6)])
+    assert [x.error_code for x in r] == [0, 56, 0]
+    assert r[0].records and r[2].records and not r[1].records
+
+
+def test_a_read_past_the_deadline_answers_empty_without_error(rm, rlm):
+    rlm.outcome = {0: "hang"}
+    t0 = time.monotonic()
+    r = fetch(rm, [(0, 0), (1, 0)])
+    assert 0.25 < time.monotonic() - t0 < 2
+    assert (r[0].error_code, bytes(r[0].records)) == (0, b"")
+    assert r[1].error_code == 0 and r[1].records
+
+
+def test_quota_exceeded_answers_empty_after_the_long_poll(rm, rlm):
+    rlm.quota_exceeded = True
+    t0 = time.monotonic()
+    r = fetch(rm, [(0, 0)], max_wait_ms=200)
+    assert time.monotonic() - t0 >= 0.19
+    assert (r[0].error_code, bytes(r[0].records)) == (0, b"")
+    assert rlm.reads == []
+
+
+def test_followers_get_offset_moved_to_tiered_storage(rm, rlm):
+    r = fetch(rm, [(0, 0), (1, 6)], replica_id=1)
+    assert r[0].error_code == 109 and r[1].error_code == 0
+    assert rlm.reads == []
+
+
+def test_the_next_fetch_is_read_ahead(rm, rlm):
+    fetch(rm, [(0, 0)])
+    assert (0, 2, 1 << 16, True) in rlm.reads  # started right after serving offset 0
+    n = len(rlm.reads)
+    r = fetch(rm, [(0, 2)])
+    assert bytes(r[0].records) == remote_batch(2)
+    assert all(x[1] != 2 for x in rlm.reads[n:])  # served from the read ahead
