@@ -30,6 +30,7 @@ IndexBuffer = bytes | bytearray | memoryview | mmap.mmap
 _UnpackFrom = Callable[[IndexBuffer, int], tuple[Any, ...]]
 
 INT32_MAX = 2**31 - 1
+_INT32 = struct.Struct(">i")
 
 # Kafka's AbstractIndex reasoning, restated:
 #
@@ -343,6 +344,29 @@ class AbstractIndex(ABC):
         """Recompute cached state from the last entry after a truncation or a resize."""
 
     # ------------------------------------------------------------------ mutations
+
+    def _truncate_to_offset(self, offset: int, relative_offset_at: int) -> None:
+        """Remove every entry with an offset >= ``offset``; the entry's relative offset is an
+        int32 at ``relative_offset_at`` (offsets never decrease from entry to entry)."""
+        with self._lock:
+            buf = self._buffer()
+            relative_target = offset - self._base_offset
+            entry_size = self.ENTRY_SIZE
+            slot = largest_lower_bound_slot(
+                buf, self._entries, relative_target, entry_size, relative_offset_at, _INT32
+            )
+            # 1) no entry <= offset: remove everything;
+            # 2) an entry for exactly this offset: remove it and everything after;
+            # 3) otherwise keep the entry below the offset and remove everything after it.
+            if slot < 0:
+                new_entries = 0
+            elif _INT32.unpack_from(buf, slot * entry_size + relative_offset_at)[0] == (
+                relative_target
+            ):
+                new_entries = slot
+            else:
+                new_entries = slot + 1
+            self._truncate_to_entries(new_entries)
 
     def _truncate_to_entries(self, entries: int) -> None:
         with self._lock:

@@ -332,16 +332,6 @@ class FileRecords:
             read_size = SCAN_BUFFER_SIZE if size < SCAN_BUFFER_SIZE // 2 else overhead
         return None
 
-    def search_for_timestamp(
-        self, target_timestamp: int, starting_position: int, starting_offset: int
-    ) -> RecordBatchHeader | None:
-        """The first batch from ``starting_position`` with maxTimestamp >= target that holds
-        an offset >= ``starting_offset``; the caller looks inside it for the exact record."""
-        for header in self.batches_from(starting_position):
-            if header.max_timestamp >= target_timestamp and header.last_offset >= starting_offset:
-                return header
-        return None
-
     def largest_timestamp_after(self, starting_position: int) -> TimestampAndOffset:
         """The largest batch maxTimestamp from ``starting_position`` on, with the last offset
         of its batch; (-1, -1) when there is none."""

@@ -167,22 +167,7 @@ class OffsetIndex(AbstractIndex):
 
     def truncate_to(self, offset: int) -> None:
         """Remove every entry with an offset >= ``offset``."""
-        with self._lock:
-            buf = self._buffer()
-            relative_target = offset - self._base_offset
-            slot = largest_lower_bound_slot(
-                buf, self._entries, relative_target, ENTRY_SIZE, _RELATIVE_OFFSET_AT, _INT32
-            )
-            # 1) no entry <= offset: remove everything;
-            # 2) an entry for exactly this offset: remove it and everything after;
-            # 3) otherwise keep the entry below the offset and remove everything after it.
-            if slot < 0:
-                new_entries = 0
-            elif _INT32.unpack_from(buf, slot * ENTRY_SIZE)[0] == relative_target:
-                new_entries = slot
-            else:
-                new_entries = slot + 1
-            self._truncate_to_entries(new_entries)
+        self._truncate_to_offset(offset, _RELATIVE_OFFSET_AT)
 
     def _refresh_last_entry(self) -> None:
         self._last_offset = self.last_entry().offset

@@ -25,7 +25,6 @@ ENTRY_SIZE = 12
 NO_TIMESTAMP = -1
 _ENTRY = struct.Struct(">qi")
 _INT64 = struct.Struct(">q")
-_INT32 = struct.Struct(">i")
 _TIMESTAMP_AT = 0
 _RELATIVE_OFFSET_AT = 8
 
@@ -151,23 +150,7 @@ class TimeIndex(AbstractIndex):
 
     def truncate_to(self, offset: int) -> None:
         """Remove every entry with an offset >= ``offset``."""
-        with self._lock:
-            buf = self._buffer()
-            relative_target = offset - self._base_offset
-            slot = largest_lower_bound_slot(
-                buf, self._entries, relative_target, ENTRY_SIZE, _RELATIVE_OFFSET_AT, _INT32
-            )
-            # Same three cases as OffsetIndex.truncate_to, searching by offset (the value).
-            if slot < 0:
-                new_entries = 0
-            elif (
-                _INT32.unpack_from(buf, slot * ENTRY_SIZE + _RELATIVE_OFFSET_AT)[0]
-                == relative_target
-            ):
-                new_entries = slot
-            else:
-                new_entries = slot + 1
-            self._truncate_to_entries(new_entries)
+        self._truncate_to_offset(offset, _RELATIVE_OFFSET_AT)
 
     def _refresh_last_entry(self) -> None:
         self._last_entry = self._last_entry_from_file()

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from tierlog.errors import ConfigError
+from tierlog.tiered.storage.pyarrow_remote_storage_manager import CONFIG_KEYS
 
 __all__ = [
     "EARLIEST",
@@ -115,18 +116,7 @@ _REFUSED_PRODUCER_KEYS: Final = {
 }
 
 #: ``tierlog.remote.*`` keys: the broker's ``rsm.config.*`` keys of the built-in remote storage.
-REMOTE_KEYS: Final = (
-    "uri",
-    "s3.endpoint",
-    "s3.region",
-    "s3.access.key",
-    "s3.secret.key",
-    "compression",
-    "compression.chunk.size",
-    "connect.timeout.ms",
-    "request.timeout.ms",
-    "retry.max.attempts",
-)
+REMOTE_KEYS: Final = CONFIG_KEYS
 _REMOTE_PREFIX: Final = "tierlog.remote."
 
 _STRATEGIES: Final = ("subscribe", "subscribepattern", "assign")
