@@ -158,3 +158,22 @@ def test_sigint_is_a_clean_shutdown_too(fresh_broker):
     assert (b.log_dir / ".kafka_cleanshutdown").exists()
     b.start()
     assert "loaded" in b.log_text()
+
+
+def test_commits_with_flush_per_message_go_through_the_writer_thread(tmp_path):
+    """log.flush.interval.messages=1 makes every __consumer_offsets append fsync: the store must
+    append in a thread (the event loop keeps serving) and commits still read back."""
+    from tests.integration.conftest import running_broker
+
+    with running_broker(tmp_path / "b", "log.flush.interval.messages=1") as b:
+        topic, group = "flushed", "flushed-group"
+        cf_create_topic(b.bootstrap, topic, 1)
+        cf_produce(b.bootstrap, topic, [(None, b"x")] * 10, partition=0)
+        c = _consumer(b.bootstrap, group)
+        for offset in (3, 7, 10):
+            c.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
+        c.close()
+        assert _committed(b.bootstrap, group, topic, 1) == [10]
+        b.stop(signal.SIGKILL)
+        b.start()
+        assert _committed(b.bootstrap, group, topic, 1) == [10]

@@ -85,14 +85,17 @@ class OffsetStore:
             return
         now = int(time.time() * 1000)
         batch = build_batch([(now, k, v) for k, v in records])
-        p = self._log(partition)
-        r = self._rm.append_records(GROUP_METADATA_TOPIC_NAME, partition, batch, internal=True)
+        self._log(partition)  # raises CoordinatorNotAvailable when the partition is missing
+        rm, topic = self._rm, GROUP_METADATA_TOPIC_NAME
+        if rm.append_in_thread(topic, partition):  # flush.messages: the append may fsync
+            r = await rm.append_records_in_thread(topic, partition, batch, internal=True)
+        else:
+            r = rm.append_records(topic, partition, batch, internal=True)
         if r.error_code:
             raise KafkaStorageError(
                 f"append to {GROUP_METADATA_TOPIC_NAME}-{partition} failed: "
                 f"error {r.error_code} {r.error_message or ''}"
             )
-        del p
 
     def replay(self, partition: int) -> Iterable[tuple[bytes, bytes | None]]:
         """Every record of the partition, oldest first (keys without a key are skipped)."""

@@ -231,14 +231,14 @@ class ReplicaManager:
         return p is not None and p.log.config.flush_interval < LONG_MAX
 
     async def append_records_in_thread(
-        self, topic: str, index: int, records: bytes | None
+        self, topic: str, index: int, records: bytes | None, *, internal: bool = False
     ) -> ProducePartitionResult:
         """:meth:`append_records` with the append (and its fsync) in a worker thread.
 
         Appends to one partition stay in request order: they queue on the partition's
         lock (asyncio locks are FIFO) before entering the thread.
         """
-        checked = self._check_append(topic, index, records, False)
+        checked = self._check_append(topic, index, records, internal)
         if isinstance(checked, ProducePartitionResult):
             return checked
         assert records is not None  # _check_append refused empty input
