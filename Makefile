@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: serve test check bench example clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test,spark]'
@@ -24,6 +24,7 @@ example: $(STAMP)
 	$(BIN)/python examples/daily_pipeline.py
 
 bench: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[test,spark,bench]'
 	$(BIN)/python bench/run.py
 
 clean:

@@ -3,9 +3,14 @@
 No Spark: record batches built with tierlog.records (every codec, headers, null keys/values,
 LogAppendTime, offset gaps, transactions and control batches), decoded in random ranges and
 split at random points, must give the reference's rows exactly.
+
+Every test runs twice: with the compiled per-record loop (``_speedups/_decode.c``) when it
+is built, and with the numpy one.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
@@ -22,7 +27,9 @@ from tierlog.records import (
     decode_records,
     end_transaction_marker,
 )
+from tierlog.spark import arrow_decode
 from tierlog.spark.arrow_decode import (
+    HAS_SPEEDUPS,
     PartitionDecoder,
     decode_to_arrow_py,
     empty_batch,
@@ -30,6 +37,16 @@ from tierlog.spark.arrow_decode import (
 )
 
 TS = 1_700_000_000_000
+
+
+@pytest.fixture(scope="module", params=["c", "numpy"] if HAS_SPEEDUPS else ["numpy"], autouse=True)
+def implementation(request: pytest.FixtureRequest) -> Iterator[str]:
+    """PartitionDecoder's per-record loop: the compiled one, then the numpy one (module
+    scope, so Hypothesis tests see no function-scoped fixture)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(arrow_decode, "HAS_SPEEDUPS", request.param == "c")
+        yield request.param
+
 
 headers_st = st.lists(
     st.tuples(st.text(max_size=6), st.none() | st.binary(max_size=20)), max_size=3

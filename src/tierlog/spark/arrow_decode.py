@@ -37,6 +37,7 @@ thread. Pure functions otherwise (no I/O).
 from __future__ import annotations
 
 import heapq
+import os
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -60,7 +61,20 @@ from tierlog.records import (
 )
 from tierlog.records.varint import decode_varint
 
+# The C twin of the per-record loop (steps 2-4 of PartitionDecoder._columns), chosen once
+# here: TIERLOG_NO_EXTENSIONS=1 or a missing build means the numpy path below.
+try:
+    if os.environ.get("TIERLOG_NO_EXTENSIONS", "") == "1":
+        raise ImportError("TIERLOG_NO_EXTENSIONS=1")
+    from tierlog.records._speedups._decode import decode_records as _decode_records_c
+except ImportError:
+    _decode_records_c = None  # type: ignore[assignment]
+
+HAS_SPEEDUPS: Final = _decode_records_c is not None
+"""Whether :class:`PartitionDecoder` uses the compiled per-record loop."""
+
 __all__ = [
+    "HAS_SPEEDUPS",
     "HEADERS_TYPE",
     "DecodeResult",
     "PartitionDecoder",
@@ -341,6 +355,7 @@ class PartitionDecoder:
         include_headers: bool = False,
         read_committed: bool = True,
         check_crc: bool = True,
+        use_speedups: bool | None = None,
     ) -> None:
         self.topic = topic
         self.partition = partition
@@ -349,6 +364,9 @@ class PartitionDecoder:
         self.include_headers = include_headers
         self.read_committed = read_committed
         self.check_crc = check_crc
+        if use_speedups and not HAS_SPEEDUPS:
+            raise ValueError("the compiled decoder is not available")
+        self.use_speedups = HAS_SPEEDUPS if use_speedups is None else use_speedups
         self.schema = kafka_schema(include_headers)
         self._aborted: list[tuple[int, int]] = []  # heap of (first_offset, producer_id)
         self._seen_aborted: set[tuple[int, int]] = set()
@@ -447,6 +465,9 @@ class PartitionDecoder:
             for h in headers:
                 sections.append((h.position + RECORD_BATCH_OVERHEAD, h.position + h.size_in_bytes))
 
+        if self.use_speedups:
+            return self._columns_c(data_bytes, headers, sections)
+
         # 2. The sequential step: where each record's body starts and ends.
         data = np.frombuffer(data_bytes, dtype=np.uint8)
         u32 = _u32_view(data_bytes)
@@ -502,8 +523,9 @@ class PartitionDecoder:
         else:
             timestamps = np.repeat(base_ts, counts) + ts_delta
 
-        # 4. Range filter (only the first and last batches can straddle it).
-        if offsets[0] < self.start_offset or offsets[-1] >= self.end_offset:
+        # 4. Range filter (usually only the first and last batches straddle it; min/max
+        # rather than the ends, as malformed offset deltas need not increase).
+        if offsets.min() < self.start_offset or offsets.max() >= self.end_offset:
             keep = np.flatnonzero((offsets >= self.start_offset) & (offsets < self.end_offset))
             if keep.size == 0:
                 return None
@@ -524,6 +546,54 @@ class PartitionDecoder:
         ]
         if self.include_headers:
             arrays.append(self._headers_column(data_bytes, hcount, hpos, e))
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    def _columns_c(
+        self, data_bytes: bytes, headers: list[RecordBatchHeader], sections: list[tuple[int, int]]
+    ) -> pa.RecordBatch | None:
+        """Steps 2-4 of :meth:`_columns` in C (``_speedups/_decode.c``): same rows, same
+        errors. The C code returns Arrow buffers; they are wrapped here without copying."""
+        assert _decode_records_c is not None
+        info = np.empty((len(headers), 7), dtype=np.int64)
+        for b, h in enumerate(headers):
+            info[b] = (
+                sections[b][0],
+                sections[b][1],
+                h.records_count,
+                h.base_offset,
+                h.base_timestamp,
+                h.max_timestamp,
+                1 if h.attributes & _TIMESTAMP_TYPE_MASK else 0,
+            )
+        (n, offsets, timestamps, ts_type, koffs, kdata, kvalid, knulls, voffs, vdata, vvalid,
+         vnulls, hdrs) = _decode_records_c(
+            data_bytes, info.tobytes(), self.start_offset, self.end_offset, self.include_headers
+        )  # fmt: skip
+        if n == 0:
+            return None
+
+        def buf(b: bytes | None) -> pa.Buffer | None:
+            return None if b is None else pa.py_buffer(b)
+
+        arrays = [
+            pa.Array.from_buffers(
+                pa.binary(), n, [buf(kvalid), buf(koffs), buf(kdata)], null_count=knulls
+            ),
+            pa.Array.from_buffers(
+                pa.binary(), n, [buf(vvalid), buf(voffs), buf(vdata)], null_count=vnulls
+            ),
+            _string_constant(self.topic, n),
+            pa.array(np.full(n, self.partition, dtype=np.int32)),
+            pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(offsets)]),
+            pa.Array.from_buffers(_TIMESTAMP_TYPE, n, [None, pa.py_buffer(timestamps)]),
+            pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(ts_type)]),
+        ]
+        if self.include_headers:
+            values: list[list[dict[str, Any]] | None] = [None] * n
+            triples = np.frombuffer(hdrs, dtype=np.int64).reshape(-1, 3).tolist()
+            for row, hpos, end in triples:
+                values[row] = _decode_headers(data_bytes, hpos, end)
+            arrays.append(pa.array(values, type=HEADERS_TYPE))
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
     def _record_starts(
@@ -590,7 +660,9 @@ class PartitionDecoder:
             lengths, bodies = _varints(array_, u32, guess, limit, strict=False)
             # Guess j of a batch is real when its guesses 0 .. j-1 have size S (guess 0 does
             # by construction): the run is everything before the first other size.
-            marks = np.where((bodies - guess + lengths) == per_size, np.iinfo(np.int64).max, j)
+            # (A guess past the buffer reads clamped bytes: never real, the batch is truncated.)
+            real = ((bodies - guess + lengths) == per_size) & (guess < limit)
+            marks = np.where(real, np.iinfo(np.int64).max, j)
             runs = np.minimum.reduceat(marks, seg[:-1])
             runs = np.minimum(runs, remaining)
             keep = j < np.repeat(runs, remaining)
@@ -640,13 +712,17 @@ class PartitionDecoder:
             add(pos)
             b = data[pos]
             if b < 0x80:
-                pos += 1 + ((b >> 1) ^ -(b & 1))
+                length = (b >> 1) ^ -(b & 1)
+                body = pos + 1
             elif (b1 := data[pos + 1]) < 0x80:
                 v = (b & 0x7F) | (b1 << 7)
-                pos += 2 + ((v >> 1) ^ -(v & 1))
+                length = (v >> 1) ^ -(v & 1)
+                body = pos + 2
             else:
-                length, pos = decode_varint(data, pos)
-                pos += length
+                length, body = decode_varint(data, pos)
+            if length < _MIN_RECORD_BODY:  # also keeps the chain moving forward
+                raise CorruptRecordError(f"record at byte {pos} has length {length}")
+            pos = body + length
         return starts, pos
 
     def _raise_first_bad(
