@@ -10,7 +10,12 @@ from hypothesis import strategies as st
 from tierlog.records import CURRENT_MAGIC, RECORD_BATCH_OVERHEAD, crc32c
 
 # The machine is shared: no deadline, and few enough examples to keep the suite fast.
-FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Batches are large by design (many records, big values): data_too_large is expected, not a smell.
+FAST = settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 timestamps = st.integers(min_value=-1, max_value=2**45)
 payloads = st.none() | st.binary(max_size=200)
