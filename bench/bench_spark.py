@@ -152,6 +152,7 @@ class Broker:
 
 def session(master: str, tmp: Path) -> Any:
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # every Spark socket on loopback
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
