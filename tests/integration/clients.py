@@ -88,6 +88,14 @@ def cf_consume(
         c.close()
 
 
+def cf_high_watermark(bootstrap: str, topic: str, partition: int = 0) -> int:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "unused"})
+    try:
+        return int(c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1])
+    finally:
+        c.close()
+
+
 def cf_admin(bootstrap: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap})
 
