@@ -7,6 +7,9 @@ reference (``decode_to_arrow_py``) on a slice, for scale. The data (not timed): 
 8-byte keys and 100-byte values, uncompressed batches of 1000 records. Best of
 ``BENCH_DECODE_REPEAT`` runs (default 5): the machines are shared and noisy.
 
+Also the C decoder over the same records fed in 16 MiB windows vs ``DECODE_BYTES`` windows
+(what the readers do).
+
 N = 1,000,000 (``BENCH_DECODE_RECORDS`` overrides; ``BENCH_QUICK=1``: 200,000).
 
     .venv/bin/python bench/bench_decode.py
@@ -30,6 +33,7 @@ import pyarrow.parquet as pq  # noqa: E402
 
 from tierlog.records import build_batch  # noqa: E402
 from tierlog.spark.arrow_decode import (  # noqa: E402
+    DECODE_BYTES,
     HAS_SPEEDUPS,
     PartitionDecoder,
     decode_to_arrow_py,
@@ -74,6 +78,14 @@ def main() -> None:
         assert result.batch is not None and result.batch.num_rows == RECORDS
         return result.batch
 
+    def decode_windows(window: int) -> int:
+        decoder = PartitionDecoder("t", 0, 0, 2**62, use_speedups=True)
+        rows = sum(
+            r.batch.num_rows for r in decoder.decode_windows(buf, window) if r.batch is not None
+        )
+        assert rows == RECORDS
+        return rows
+
     batch = decode(False)
     sink = io.BytesIO()
     pq.write_table(pa.Table.from_batches([batch]).select(COLUMNS), sink, compression="none")
@@ -85,6 +97,12 @@ def main() -> None:
         assert decode(True).equals(batch)
         c_s = best(lambda: decode(True))
         report("decode_c", RECORDS / c_s, "records/s", parquet_s / c_s)
+        # The remote reader decodes a 16 MiB fetch in DECODE_BYTES windows: why.
+        for window in (16 << 20, DECODE_BYTES):
+            w_s = best(lambda w=window: decode_windows(w))
+            report(
+                f"decode_c_{window >> 20}MiB_windows", RECORDS / w_s, "records/s", parquet_s / w_s
+            )
     else:
         print("decode_c: skipped (extension not built or TIERLOG_NO_EXTENSIONS=1)")
     numpy_s = best(lambda: decode(False))

@@ -42,7 +42,6 @@ with warnings.catch_warnings():
     import kafka.record.memory_records  # noqa: F401
 
 from tests.integration.tiered_support import TIERED_BROKER, RemoteStore, make_store
-from tests.tiered.conftest import seaweedfs  # noqa: F401 - the session's S3 server
 
 ROOT = Path(__file__).resolve().parents[2]
 

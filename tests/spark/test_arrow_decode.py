@@ -172,6 +172,29 @@ def test_split_buffers_continue_where_the_last_complete_batch_ended(
     assert first.bytes_consumed + second.bytes_consumed == len(buf)
 
 
+@FAST
+@given(batches_st(), st.integers(1, 4096), st.integers(0, 200), st.data())
+def test_windows_give_the_rows_of_one_decode(
+    data: tuple[bytes, int], window: int, torn: int, d: st.DataObject
+) -> None:
+    """decode_windows over a buffer (windows smaller and larger than its batches, a torn
+    batch at the end) gives exactly decode's rows, consumed bytes and next offset."""
+    buf, next_offset = data
+    start = d.draw(st.integers(0, next_offset + 1))
+    first_size = int.from_bytes(buf[8:12], "big") + 12 if buf else 0
+    tail = buf[: min(torn, first_size - 1)]  # the start of the first batch again: partial
+    decoder = PartitionDecoder("t", 7, start, 2**62)
+    results = list(decoder.decode_windows(buf + tail, window))
+    parts = [r.batch for r in results if r.batch is not None]
+    got = pa.Table.from_batches(parts, schema=kafka_schema(False))
+    assert got.equals(pa.Table.from_batches([fast(buf, start, 2**62)]))
+    assert all(r.batch is None or r.batch.num_rows > 0 for r in results)
+    consumed = [r.bytes_consumed for r in results]
+    assert consumed == sorted(set(consumed))  # strictly increasing, from the buffer's start
+    assert (consumed[-1] if results else 0) == len(buf)
+    assert max((r.next_offset for r in results), default=-1) == (next_offset if buf else -1)
+
+
 def test_columns_of_one_record() -> None:
     buf = build_batch(
         [(TS, b"k", b"v" * 50, [("h1", b"x"), ("h2", None)]), (TS + 5, None, None)],

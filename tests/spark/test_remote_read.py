@@ -1,14 +1,14 @@
 """Direct remote reads: data partly remote, partly local; on a local dir and on SeaweedFS (S3).
 
-The topic's rolled segments are tiered with tiered storage's own RemoteStorageManager and
-metadata records (tests/spark/tiering.py); the active segments stay local only. Reading with
-``tierlog.remote.*`` options must give exactly the rows reading through the broker gives.
+The broker tiers the topic's rolled segments and deletes their local copies
+(tests/spark/tiering.py); the active segments stay local only. Reading with
+``tierlog.remote.*`` options must give exactly the rows reading through the broker (which then
+serves the remote offsets itself) gives.
 """
 
 from __future__ import annotations
 
 import shutil
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,16 +16,9 @@ from typing import Any
 
 import pytest
 
-from tests.spark.conftest import (
-    S3_ACCESS_KEY,
-    S3_BUCKET,
-    S3_SECRET_KEY,
-    BrokerProcess,
-    create_topic,
-    produce,
-)
+from tests.spark.conftest import BrokerProcess, create_topic, produce
 from tests.spark.test_batch_read import as_dicts
-from tests.spark.tiering import tier_rolled_segments
+from tests.spark.tiering import TIERED_TOPIC_CONFIGS, tiering_overrides, wait_until_tiered
 from tierlog.spark.options import parse_source_options
 from tierlog.spark.planning import Planner
 from tierlog.tiered import RemoteLogSegmentMetadata
@@ -56,24 +49,29 @@ def tiered(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     workdir = tmp_path_factory.mktemp(f"tiered-{request.param}")
     remote_dir = None
     if request.param == "seaweedfs":
-        endpoint = request.getfixturevalue("seaweedfs_endpoint")
+        sw = request.getfixturevalue("seaweedfs")
         rsm_config = {
-            "uri": f"s3://{S3_BUCKET}/{uuid.uuid4().hex}",
-            "s3.endpoint": endpoint,
+            "uri": f"s3://{sw.bucket}/{uuid.uuid4().hex}",
+            "s3.endpoint": sw.endpoint,
             "s3.region": "us-east-1",
-            "s3.access.key": S3_ACCESS_KEY,
-            "s3.secret.key": S3_SECRET_KEY,
+            "s3.access.key": sw.access_key,
+            "s3.secret.key": sw.secret_key,
         }
     else:
         remote_dir = workdir / "remote"
         rsm_config = {"uri": f"file://{remote_dir}"}
-    broker = BrokerProcess(workdir)
+    broker = BrokerProcess(workdir, *tiering_overrides(rsm_config))
     broker.start()
     try:
         from confluent_kafka.admin import AdminClient
 
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        create_topic(admin, TOPIC, 2, **{"segment.bytes": "32768", "index.interval.bytes": "2048"})
+        create_topic(
+            admin,
+            TOPIC,
+            2,
+            **{"segment.bytes": "32768", "index.interval.bytes": "2048", **TIERED_TOPIC_CONFIGS},
+        )
         for start in range(0, PER_PARTITION, 250):
             produce(
                 broker.bootstrap,
@@ -89,11 +87,9 @@ def tiered(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
                     for p in range(2)
                     for i in range(start, start + 250)
                 ],
-                **{"compression.type": "lz4" if start % 500 else "none"},
+                **{"compression.type": "lz4" if start % 500 else "none", "batch.size": 16384},
             )
-        broker.stop()
-        segments = tier_rolled_segments(workdir / "logs", TOPIC, rsm_config)
-        broker.start()
+        segments = wait_until_tiered(broker.bootstrap, TOPIC, workdir / "logs", rsm_config)
         yield Tiered(broker, rsm_config, segments, remote_dir)
     finally:
         broker.stop()
@@ -224,75 +220,3 @@ def test_deleted_remote_segment_falls_back_to_the_broker(tiered: Tiered, tmp_pat
         o for batch in read_range(target, options) for o in batch.column("offset").to_pylist()
     ]
     assert offsets == list(range(target.start, target.end))
-
-
-def test_segments_tiered_by_the_broker(
-    spark: Any, tmp_path_factory: pytest.TempPathFactory
-) -> None:
-    """The broker's own RemoteLogManager tiers the segments and deletes the local copies;
-    reading straight from remote storage and reading through the broker (which then serves
-    remote data itself) give the same rows."""
-    from confluent_kafka.admin import AdminClient
-
-    workdir = tmp_path_factory.mktemp("broker-tiering")
-    remote_dir = workdir / "remote"
-    broker = BrokerProcess(
-        workdir,
-        "remote.log.storage.system.enable=true",
-        f"rsm.config.uri=file://{remote_dir}",
-        "remote.log.manager.task.interval.ms=300",
-        "log.retention.check.interval.ms=300",
-    )
-    broker.start()
-    try:
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        create_topic(
-            admin,
-            "bt",
-            2,
-            **{
-                "segment.bytes": "32768",
-                "remote.storage.enable": "true",
-                "local.retention.ms": "500",
-            },
-        )
-        n = 1200
-        produce(
-            broker.bootstrap,
-            "bt",
-            [
-                {"key": b"k%d" % i, "value": b"%05d" % i + bytes(95), "partition": i % 2}
-                for i in range(2 * n)
-            ],
-            **{"batch.size": 16384},  # batches must fit a 32 KiB segment
-        )
-        options = {"kafka.bootstrap.servers": broker.bootstrap, "subscribe": "bt"}
-        direct = {**options, "tierlog.remote.uri": f"file://{remote_dir}"}
-        parsed = parse_source_options(direct, streaming=False)
-        deadline = time.monotonic() + 40
-        tiered_through = {0: -1, 1: -1}
-        local_start = {0: 0, 1: 0}
-        with Planner(parsed) as planner:
-            while time.monotonic() < deadline:
-                layouts = planner.layouts(planner.partitions(), with_remote=True)
-                tiered_through = {
-                    p: max((s.end_offset for s in layouts[("bt", p)].remote_segments), default=-1)
-                    for p in range(2)
-                }
-                found = planner.list_offsets([("bt", 0), ("bt", 1)], -4)  # earliest local
-                local_start = {p: found[("bt", p)][0] for p in range(2)}
-                if all(tiered_through[p] >= n // 2 and local_start[p] > 0 for p in range(2)):
-                    break
-                time.sleep(0.5)
-        if max(tiered_through.values()) < 0:
-            pytest.skip(f"this broker does not tier segments yet:\n{broker.tail()}")
-        assert all(local_start[p] > 0 for p in range(2)), (tiered_through, local_start)
-
-        rows_direct = read(spark, direct).select("partition", "offset", "key", "value")
-        rows_broker = read(spark, options).select("partition", "offset", "key", "value")
-        got = sorted(tuple(r) for r in rows_direct.collect())
-        assert got == sorted(tuple(r) for r in rows_broker.collect())
-        assert [(p, o) for p, o, _, _ in got] == [(p, i) for p in range(2) for i in range(n)]
-        assert all(bytes(v)[:5] == b"%05d" % (2 * o + p) for p, o, _, v in got)
-    finally:
-        broker.stop()

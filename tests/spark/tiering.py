@@ -1,38 +1,86 @@
-"""Tiering for the Spark tests, done offline the way the broker's RemoteLogManager does it.
+"""Tiering for the Spark tests and the Spark bench: done by the broker itself.
 
-The broker does not tier segments yet (its RemoteLogManager is being built), and clients can
-neither create nor write ``__remote_log_metadata``. So, with the broker STOPPED,
-:func:`tier_rolled_segments` does what the copy task does, with tiered storage's own parts:
-each rolled segment of a topic is uploaded by
-:class:`~tierlog.tiered.storage.PyArrowRemoteStorageManager` (data object + one indexes
-object), and Kafka's metadata records (COPY_SEGMENT_STARTED, then COPY_SEGMENT_FINISHED) are
-appended to ``__remote_log_metadata`` in the broker's log dir, at the partition Kafka's
-partitioner picks. The local segments stay (local retention has not deleted them yet), so
-the same offsets can be read through the broker too — which is what the tests compare.
+The broker runs with tiered storage on (:func:`tiering_overrides`), the topic has
+``remote.storage.enable=true`` and a short ``local.retention.ms``, and the broker's
+RemoteLogManager copies every rolled segment to remote storage and then deletes the local
+copy. :func:`wait_until_tiered` waits until that is done — every partition's local log is down
+to its active segment and the remote segments reach up to it — and returns the remote
+segments (from ``__remote_log_metadata``, as the data source itself lists them).
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
-from tierlog.log.log_config import LogConfig
-from tierlog.log.log_manager import LogManager
-from tierlog.records import build_batch, iter_headers
+from tierlog.spark.options import parse_source_options
+from tierlog.spark.planning import Planner
 from tierlog.tiered import (
-    REMOTE_LOG_METADATA_TOPIC_NAME,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
-    RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
     TopicIdPartition,
-    metadata_partition_for,
 )
-from tierlog.tiered.metadata_serde import serialize
-from tierlog.tiered.storage import LogSegmentData, PyArrowRemoteStorageManager
 
-METADATA_PARTITIONS = 3
+#: Topic configs that make the broker tier a topic and expire its local copies quickly.
+TIERED_TOPIC_CONFIGS = {"remote.storage.enable": "true", "local.retention.ms": "200"}
+
+
+def tiering_overrides(rsm_config: Mapping[str, str]) -> list[str]:
+    """``tierlog serve --override`` values: tiered storage on ``rsm_config``, tasks run often."""
+    return [
+        "remote.log.storage.system.enable=true",
+        "remote.log.manager.task.interval.ms=200",
+        "log.retention.check.interval.ms=200",
+        *(f"rsm.config.{k}={v}" for k, v in rsm_config.items()),
+    ]
+
+
+def wait_until_tiered(
+    bootstrap: str,
+    topic: str,
+    log_dir: Path,
+    rsm_config: Mapping[str, str],
+    *,
+    timeout: float = 120.0,
+) -> list[RemoteLogSegmentMetadata]:
+    """Wait until the broker has tiered every rolled segment of ``topic`` and deleted its local
+    copies; returns the remote segments of all partitions, in (partition, offset) order.
+
+    Raises:
+        AssertionError: not done within ``timeout`` seconds.
+    """
+    options = parse_source_options(
+        {
+            "kafka.bootstrap.servers": bootstrap,
+            "subscribe": topic,
+            **{f"tierlog.remote.{k}": v for k, v in rsm_config.items()},
+        },
+        streaming=False,
+    )
+    deadline = time.monotonic() + timeout
+    state: dict[int, tuple[int, int]] = {}
+    with Planner(options) as planner:
+        while True:
+            tps = planner.partitions()
+            layouts = planner.layouts(tps, with_remote=True)
+            done = bool(tps)
+            for tp in tps:
+                local = sorted((log_dir / f"{tp[0]}-{tp[1]}").glob("*.log"))
+                active_base = int(local[-1].stem) if local else -1
+                segs = layouts[tp].remote_segments
+                tiered_to = segs[-1].end_offset + 1 if segs else 0
+                state[tp[1]] = (len(local), tiered_to)
+                done = done and len(local) == 1 and tiered_to == active_base
+            if done:
+                return [s for tp in sorted(layouts) for s in layouts[tp].remote_segments]
+            assert time.monotonic() < deadline, (
+                f"{topic} not tiered within {timeout} s: (local segments, tiered up to) per "
+                f"partition {state}"
+            )
+            time.sleep(0.2)
 
 
 def segment_metadata(
@@ -46,6 +94,7 @@ def segment_metadata(
     max_timestamp: int = 0,
     state: RemoteLogSegmentState = RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
 ) -> RemoteLogSegmentMetadata:
+    """Metadata of a remote segment for planning tests (no objects behind it)."""
     tip = TopicIdPartition(topic_id or uuid.UUID(int=7), topic, partition)
     return RemoteLogSegmentMetadata(
         remote_log_segment_id=RemoteLogSegmentId(tip, uuid.uuid4()),
@@ -58,85 +107,3 @@ def segment_metadata(
         segment_leader_epochs={0: start},
         state=state,
     )
-
-
-def tier_rolled_segments(
-    log_dir: Path,
-    topic: str,
-    rsm_config: dict[str, str],
-    *,
-    max_segments: int | None = None,
-    fraction: float = 1.0,
-) -> list[RemoteLogSegmentMetadata]:
-    """Upload the rolled segments of every partition of ``topic`` (the broker must be stopped):
-    all of them, the first ``max_segments``, or the oldest ``fraction`` of each partition's
-    segments. Returns their metadata (state COPY_SEGMENT_FINISHED).
-    """
-    rsm = PyArrowRemoteStorageManager.from_config(rsm_config)
-    lm = LogManager([log_dir], LogConfig(), node_id=0)
-    lm.startup()
-    out = []
-    try:
-        info = lm.topic(topic)
-        assert info is not None, f"no topic {topic} in {log_dir}"
-        if lm.topic(REMOTE_LOG_METADATA_TOPIC_NAME) is None:
-            lm.create_topic(REMOTE_LOG_METADATA_TOPIC_NAME, METADATA_PARTITIONS, {})
-        meta_info = lm.topic(REMOTE_LOG_METADATA_TOPIC_NAME)
-        assert meta_info is not None
-        empty_snapshot = log_dir / "empty.snapshot"
-        empty_snapshot.write_bytes(b"")
-        for partition in range(info.num_partitions):
-            tip = TopicIdPartition(info.topic_id, topic, partition)
-            pdir = log_dir / f"{topic}-{partition}"
-            files = sorted(pdir.glob("*.log"))
-            rolled = files[:-1]  # the last one is the active segment: never tiered
-            if max_segments is not None:
-                rolled = rolled[:max_segments]
-            rolled = rolled[: min(len(rolled), round(len(files) * fraction))]
-            mp = metadata_partition_for(tip, meta_info.num_partitions)
-            meta_log = lm.get_log(REMOTE_LOG_METADATA_TOPIC_NAME, mp)
-            assert meta_log is not None
-            for seg in rolled:
-                data = seg.read_bytes()
-                headers = list(iter_headers(data))
-                if not headers:
-                    continue
-                stem = seg.with_suffix("")
-                txn = stem.with_suffix(".txnindex")
-                md = RemoteLogSegmentMetadata(
-                    remote_log_segment_id=RemoteLogSegmentId(tip, uuid.uuid4()),
-                    start_offset=int(seg.stem),
-                    end_offset=headers[-1].last_offset,
-                    max_timestamp_ms=max(h.max_timestamp for h in headers),
-                    broker_id=0,
-                    event_timestamp_ms=int(time.time() * 1000),
-                    segment_size_in_bytes=len(data),
-                    segment_leader_epochs={0: int(seg.stem)},
-                    txn_idx_empty=not (txn.exists() and txn.stat().st_size),
-                )
-                snapshot = stem.with_suffix(".snapshot")
-                rsm.copy_log_segment_data(
-                    md,
-                    LogSegmentData(
-                        log_segment=seg,
-                        offset_index=stem.with_suffix(".index"),
-                        time_index=stem.with_suffix(".timeindex"),
-                        transaction_index=None if md.txn_idx_empty else txn,
-                        producer_snapshot_index=snapshot if snapshot.exists() else empty_snapshot,
-                        leader_epoch_index=b"",
-                    ),
-                )
-                finished = RemoteLogSegmentMetadataUpdate(
-                    remote_log_segment_id=md.remote_log_segment_id,
-                    event_timestamp_ms=int(time.time() * 1000),
-                    custom_metadata=None,
-                    state=RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
-                    broker_id=0,
-                )
-                now = int(time.time() * 1000)
-                for event in (md, finished):
-                    meta_log.append(build_batch([(now, None, serialize(event))]))
-                out.append(md.create_with_updates(finished))
-    finally:
-        lm.shutdown()
-    return out

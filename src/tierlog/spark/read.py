@@ -159,11 +159,14 @@ def _read_from_broker(
             if offset < nxt < end:
                 send(nxt)  # the broker works on the next response while we decode this one
             decoder.add_aborted_transactions(fetched.aborted_transactions)
-            result = decoder.decode(records)
-            if result.batch is not None and result.batch.num_rows:
-                yield result.batch
-            if result.next_offset > offset:
-                offset = result.next_offset
+            progressed = False
+            for result in decoder.decode_windows(records):
+                if result.batch is not None and result.batch.num_rows:
+                    yield result.batch
+                if result.next_offset > offset:
+                    offset = result.next_offset
+                    progressed = True
+            if progressed:
                 last_progress = time.monotonic()
                 continue
             # No complete batch: either nothing to read yet, or a batch larger than max_bytes.

@@ -281,7 +281,9 @@ def read_remote_range(
     *,
     chunk_bytes: int = CHUNK_BYTES,
 ) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of ``[decoder.start_offset, decoder.end_offset)`` from one remote segment.
+    """Arrow batches of ``[decoder.start_offset, decoder.end_offset)`` from one remote segment:
+    fetched ``chunk_bytes`` at a time, decoded a window at a time
+    (:meth:`~.arrow_decode.PartitionDecoder.decode_windows`).
 
     Raises:
         RemoteResourceNotFoundError: the segment's objects are gone (deleted meanwhile).
@@ -301,15 +303,17 @@ def read_remote_range(
             break
         position += len(chunk)
         buf = carry + chunk if carry else chunk
-        result = decoder.decode(buf)
-        if result.batch is not None and result.batch.num_rows:
-            yield result.batch
-        # What is below next_offset was emitted: a fallback read (the segment deleted
-        # meanwhile) continues from there, without duplicates.
-        decoder.start_offset = max(decoder.start_offset, result.next_offset)
-        carry = buf[result.bytes_consumed :]
-        if result.next_offset >= decoder.end_offset:
-            return
+        consumed = 0
+        for result in decoder.decode_windows(buf):
+            if result.batch is not None and result.batch.num_rows:
+                yield result.batch
+            # What is below next_offset was emitted: a fallback read (the segment deleted
+            # meanwhile) continues from there, without duplicates.
+            decoder.start_offset = max(decoder.start_offset, result.next_offset)
+            if result.next_offset >= decoder.end_offset:
+                return
+            consumed = result.bytes_consumed
+        carry = buf[consumed:]
     if len(carry) > 0:
         raise CorruptRecordError(
             f"remote segment {segment.remote_log_segment_id} ends in a partial batch "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tierlog.errors import (
@@ -517,11 +517,19 @@ def _apply_topic_config(
         tiered.topic_changed(topic)
 
 
-def handle_alter_configs(apis: KafkaApis, ev: Request) -> Any:
-    req = ev.request
-    validate_only = bool(getattr(req, "validate_only", False))
+def _alter_config_results(
+    apis: KafkaApis,
+    resources: Any,
+    overrides_of: Callable[[Any], dict[str, str | None]],
+    *,
+    incremental: bool,
+    validate_only: bool,
+) -> list[dict[str, Any]]:
+    """One result per resource of an (Incremental)AlterConfigs request: topic configs are
+    applied (``overrides_of`` turns a resource's entries into overrides), broker configs are
+    static; errors are answered per resource."""
     results = []
-    for r in req.resources:
+    for r in resources:
         res: dict[str, Any] = {
             "error_code": 0,
             "error_message": None,
@@ -530,13 +538,12 @@ def handle_alter_configs(apis: KafkaApis, ev: Request) -> Any:
         }
         try:
             if r.resource_type == RESOURCE_TOPIC:
-                overrides: dict[str, str | None] = {}
-                for c in r.configs:
-                    if c.value is None:
-                        raise InvalidConfig(f"null value for config {c.name}")
-                    overrides[c.name] = c.value
                 _apply_topic_config(
-                    apis, r.resource_name, overrides, incremental=False, validate_only=validate_only
+                    apis,
+                    r.resource_name,
+                    overrides_of(r),
+                    incremental=incremental,
+                    validate_only=validate_only,
                 )
             elif r.resource_type == RESOURCE_BROKER:
                 raise InvalidRequest(
@@ -549,42 +556,44 @@ def handle_alter_configs(apis: KafkaApis, ev: Request) -> Any:
         except OSError as e:
             res["error_code"], res["error_message"] = KafkaStorageError.error_code, str(e)
         results.append(res)
+    return results
+
+
+def handle_alter_configs(apis: KafkaApis, ev: Request) -> Any:
+    def overrides_of(r: Any) -> dict[str, str | None]:
+        overrides: dict[str, str | None] = {}
+        for c in r.configs:
+            if c.value is None:
+                raise InvalidConfig(f"null value for config {c.name}")
+            overrides[c.name] = c.value
+        return overrides
+
+    results = _alter_config_results(
+        apis,
+        ev.request.resources,
+        overrides_of,
+        incremental=False,
+        validate_only=bool(getattr(ev.request, "validate_only", False)),
+    )
     return build(
         response_class(ALTER_CONFIGS, ev.api_version), {"throttle_time": 0, "responses": results}
     )
 
 
 def handle_incremental_alter_configs(apis: KafkaApis, ev: Request) -> Any:
-    req = ev.request
-    validate_only = bool(getattr(req, "validate_only", False))
-    results = []
-    for r in req.resources:
-        res: dict[str, Any] = {
-            "error_code": 0,
-            "error_message": None,
-            "resource_type": r.resource_type,
-            "resource_name": r.resource_name,
-        }
-        try:
-            if r.resource_type == RESOURCE_TOPIC:
-                info = apis.log_manager.topic(r.resource_name)
-                if info is None:
-                    raise UnknownTopicOrPartition(f"unknown topic {r.resource_name}")
-                overrides = _incremental_overrides(info.config, r.configs)
-                _apply_topic_config(
-                    apis, r.resource_name, overrides, incremental=True, validate_only=validate_only
-                )
-            elif r.resource_type == RESOURCE_BROKER:
-                raise InvalidRequest(
-                    "broker configs are static in tierlog; edit server.properties and restart"
-                )
-            else:
-                raise InvalidRequest(f"unsupported resource type {r.resource_type}")
-        except (ApiError, ConfigError) as e:
-            res["error_code"], res["error_message"] = _error(e)
-        except OSError as e:
-            res["error_code"], res["error_message"] = KafkaStorageError.error_code, str(e)
-        results.append(res)
+    def overrides_of(r: Any) -> dict[str, str | None]:
+        info = apis.log_manager.topic(r.resource_name)
+        if info is None:
+            raise UnknownTopicOrPartition(f"unknown topic {r.resource_name}")
+        return _incremental_overrides(info.config, r.configs)
+
+    results = _alter_config_results(
+        apis,
+        ev.request.resources,
+        overrides_of,
+        incremental=True,
+        validate_only=bool(getattr(ev.request, "validate_only", False)),
+    )
     return build(
         response_class(INCREMENTAL_ALTER_CONFIGS, ev.api_version),
         {"throttle_time": 0, "responses": results},
