@@ -2,11 +2,12 @@
 
 Prints ``name: value unit (ratio vs baseline)``. The data (not timed): a topic of N records
 with 100-byte values (8-byte keys, uncompressed batches of 1000 records, 4 partitions,
-64 MiB segments) written straight into a broker log dir, the topic configured for tiered
-storage; the same rows, decoded once, written to a Parquet file. Then a real ``tierlog serve``
-on that log dir with a local-dir remote storage: it tiers every rolled segment (about 90 % of
-the records; the active segments stay local) and deletes the local copies (tests/spark/tiering.py)
-before anything is measured. Then a local SparkSession.
+64 MiB segments) written straight into a broker log dir; the same rows, decoded once,
+written to a Parquet file. Then a real ``tierlog serve`` on that log dir with a local-dir
+remote storage and tiered storage turned on for the topic (AlterConfigs): the broker tiers
+every rolled segment (about 90 % of the records; the active segments stay local) and deletes
+the local copies (tests/spark/tiering.py) before anything is measured. Then a local
+SparkSession.
 
 Measured after a warm-up query (Python workers started), each query ``BENCH_SPARK_REPEAT``
 times (default 2, interleaved; the best is printed: the machines are shared and noisy):
@@ -86,9 +87,7 @@ def build_log(log_dir: Path) -> int:
     lm = LogManager([log_dir], LogConfig(), node_id=0)
     lm.startup()
     try:
-        lm.create_topic(
-            TOPIC, PARTITIONS, {"segment.bytes": str(SEGMENT_BYTES), **TIERED_TOPIC_CONFIGS}
-        )
+        lm.create_topic(TOPIC, PARTITIONS, {"segment.bytes": str(SEGMENT_BYTES)})
         templates = [
             build_batch(
                 [
@@ -123,6 +122,20 @@ def write_parquet(log_dir: Path, path: Path) -> None:
             writer.write_table(pa.Table.from_batches([result.batch]))
     assert writer is not None
     writer.close()
+
+
+def enable_tiering(bootstrap: str) -> None:
+    """Turn tiered storage on for the topic (written offline without it)."""
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    entries = [
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+        for k, v in TIERED_TOPIC_CONFIGS.items()
+    ]
+    resource = ConfigResource("topic", TOPIC, incremental_configs=entries)
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(30)
 
 
 class Broker:
@@ -284,6 +297,7 @@ def main() -> None:
         del table
         remote = {"uri": f"file://{tmp / 'remote'}"}
         broker = Broker(tmp, *tiering_overrides(remote))
+        enable_tiering(broker.bootstrap)
         segments = wait_until_tiered(broker.bootstrap, TOPIC, log_dir, remote, timeout=900)
         tiered = sum(s.end_offset - s.start_offset + 1 for s in segments)
         print(

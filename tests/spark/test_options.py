@@ -244,6 +244,46 @@ def test_split_ranges_min_partitions_and_max_records() -> None:
     assert split_ranges(ranges, min_partitions=1) == ranges
 
 
+def test_pack_ranges_packs_small_consecutive_ranges_of_one_partition() -> None:
+    from tests.spark.tiering import segment_metadata
+    from tierlog.spark.planning import pack_ranges
+
+    # Partition 0: four remote segments of 100 offsets and 1000 bytes, then a broker tail
+    # (estimated at 10 bytes per offset); partition 1: broker only (no estimate).
+    segs = [segment_metadata("t", 0, i * 100, i * 100 + 99, size=1000) for i in range(4)]
+    ranges = [OffsetRange("t", 0, s.start_offset, s.end_offset + 1, segment=s) for s in segs]
+    ranges += [
+        OffsetRange("t", 0, 400, 450),
+        OffsetRange("t", 1, 0, 10),
+        OffsetRange("t", 1, 10, 20),
+    ]
+
+    def shape(groups: list[tuple[OffsetRange, ...]]) -> list[list[tuple[int, int]]]:
+        return [[(r.partition, r.start) for r in g] for g in groups]
+
+    assert shape(pack_ranges(ranges, 2500)) == [
+        [(0, 0), (0, 100)],
+        [(0, 200), (0, 300), (0, 400)],  # 2000 + the tail's 500
+        [(1, 0)],  # nothing known about partition 1's size: alone
+        [(1, 10)],
+    ]
+    assert shape(pack_ranges(ranges, 10**9))[0] == [(0, 0), (0, 100), (0, 200), (0, 300), (0, 400)]
+    assert pack_ranges(ranges, 0) == [(r,) for r in ranges]
+    # A range read from the middle of a segment counts its share of the segment's bytes.
+    half = OffsetRange("t", 0, 50, 100, segment=segs[0])
+    assert shape(pack_ranges([half, *ranges[1:3]], 2000)) == [[(0, 50), (0, 100)], [(0, 200)]]
+
+
+def test_max_partition_bytes_option() -> None:
+    base = {"kafka.bootstrap.servers": "h:1", "subscribe": "t"}
+    assert parse_source_options(base, streaming=False).max_partition_bytes == 256 << 20
+    opts = parse_source_options({**base, "tierlog.maxPartitionBytes": "0"}, streaming=False)
+    assert opts.max_partition_bytes == 0
+    with pytest.raises(ConfigError) as info:
+        parse_source_options({**base, "tierlog.maxPartitionBytes": "-1"}, streaming=False)
+    assert info.value.key == "tierlog.maxPartitionBytes"
+
+
 def test_range_constraints() -> None:
     c = RangeConstraints()
     c.offsets_between(10, None)

@@ -1,11 +1,14 @@
 """Tiering for the Spark tests and the Spark bench: done by the broker itself.
 
 The broker runs with tiered storage on (:func:`tiering_overrides`), the topic has
-``remote.storage.enable=true`` and a short ``local.retention.ms``, and the broker's
+``remote.storage.enable=true`` and ``local.retention.bytes=1``, and the broker's
 RemoteLogManager copies every rolled segment to remote storage and then deletes the local
-copy. :func:`wait_until_tiered` waits until that is done — every partition's local log is down
-to its active segment and the remote segments reach up to it — and returns the remote
-segments (from ``__remote_log_metadata``, as the data source itself lists them).
+copy. Size-based retention never deletes (or rolls) the active segment, so the tail stays local
+only. (A time-based local retention would roll and tier the active segment too: every record
+here carries an old timestamp.) :func:`wait_until_tiered` waits until that is done (every
+partition's local log is down to its active segment and the remote segments reach up to it)
+and returns the remote segments (from ``__remote_log_metadata``, as the data source itself
+lists them).
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ from tierlog.tiered import (
     TopicIdPartition,
 )
 
-#: Topic configs that make the broker tier a topic and expire its local copies quickly.
-TIERED_TOPIC_CONFIGS = {"remote.storage.enable": "true", "local.retention.ms": "200"}
+#: Topic configs that make the broker tier a topic and keep only its active segment locally.
+TIERED_TOPIC_CONFIGS = {"remote.storage.enable": "true", "local.retention.bytes": "1"}
 
 
 def tiering_overrides(rsm_config: Mapping[str, str]) -> list[str]:

@@ -59,7 +59,13 @@ from tierlog.spark.options import (
     parse_sink_options,
     parse_source_options,
 )
-from tierlog.spark.planning import OffsetRange, Planner, RangeConstraints, data_loss_message
+from tierlog.spark.planning import (
+    OffsetRange,
+    Planner,
+    RangeConstraints,
+    data_loss_message,
+    pack_ranges,
+)
 from tierlog.spark.read import read_range
 from tierlog.spark.write import TierlogBatchWriter, TierlogStreamWriter
 
@@ -84,21 +90,35 @@ KAFKA_SCHEMA_WITH_HEADERS = KAFKA_SCHEMA + ", headers array<struct<key: string, 
 
 
 class OffsetRangePartition(InputPartition):
-    """One Spark input partition: one :class:`~.planning.OffsetRange`."""
+    """One Spark input partition: consecutive :class:`~.planning.OffsetRange` s of one
+    partition (several when small ones are packed, see :func:`~.planning.pack_ranges`),
+    read one after the other."""
 
-    def __init__(self, offset_range: OffsetRange) -> None:
-        super().__init__(offset_range)
-        self.range = offset_range
+    def __init__(self, ranges: Sequence[OffsetRange]) -> None:
+        super().__init__(tuple(ranges))
+        self.ranges = tuple(ranges)
 
     def __repr__(self) -> str:
-        r = self.range
-        where = "remote" if r.segment is not None else "broker"
-        return f"OffsetRangePartition({r.topic}-{r.partition} [{r.start}, {r.end}) {where})"
+        parts = [
+            f"[{r.start}, {r.end}) {'remote' if r.segment is not None else 'broker'}"
+            for r in self.ranges
+        ]
+        first = self.ranges[0]
+        return f"OffsetRangePartition({first.topic}-{first.partition} {', '.join(parts)})"
+
+
+def input_partitions(ranges: Sequence[OffsetRange], options: SourceOptions) -> list[InputPartition]:
+    """The Spark input partitions of planned ranges: packed up to ``tierlog.maxPartitionBytes``
+    unless the user asked for a split (``minPartitions`` / ``maxRecordsPerPartition``)."""
+    if options.min_partitions or options.max_records_per_partition:
+        return [OffsetRangePartition((r,)) for r in ranges]
+    return [OffsetRangePartition(g) for g in pack_ranges(ranges, options.max_partition_bytes)]
 
 
 def _read(partition: InputPartition, options: SourceOptions) -> Iterator[pa.RecordBatch]:
     if isinstance(partition, OffsetRangePartition):
-        yield from read_range(partition.range, options)
+        for r in partition.ranges:
+            yield from read_range(r, options)
 
 
 def _called_by_pushdown_planner() -> bool:
@@ -168,7 +188,7 @@ class TierlogBatchReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         with Planner(self.options) as planner:
             ranges = planner.plan_batch(self.constraints)
-        return [OffsetRangePartition(r) for r in ranges]
+        return input_partitions(ranges, self.options)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(partition, self.options)
@@ -373,7 +393,7 @@ class TierlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 continue
             bounds[tp] = (s, e)
         bounds = p.check_bounds(bounds, layouts, ending_given=False)
-        return [OffsetRangePartition(r) for r in p.plan(bounds, layouts)]
+        return input_partitions(p.plan(bounds, layouts), self.options)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(partition, self.options)

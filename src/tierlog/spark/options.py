@@ -29,6 +29,10 @@ source (read) option                        meaning
 ``fetchOffset.retryIntervalMs``             requests (default 3, 1000 ms)
 ``kafka.<consumer config>``                 see :data:`READ_KAFKA_KEYS`
 ``tierlog.remote.<rsm key>``                direct remote reads, see :data:`REMOTE_KEYS`
+``tierlog.maxPartitionBytes``               pack consecutive ranges of a partition into one
+                                            Spark partition up to this many bytes (default
+                                            256 MiB, 0: never), unless ``minPartitions`` or
+                                            ``maxRecordsPerPartition`` is given
 ==========================================  ==================================================
 
 Sink (write) options: ``kafka.bootstrap.servers``, ``topic`` and ``kafka.<producer config>``
@@ -139,6 +143,7 @@ _SOURCE_KEYS: Final = frozenset(
         "kafkaconsumer.polltimeoutms",
         "fetchoffset.numretries",
         "fetchoffset.retryintervalms",
+        "tierlog.maxpartitionbytes",
     }
 )
 _UNSUPPORTED_SOURCE_KEYS: Final = {
@@ -169,6 +174,7 @@ _DISPLAY: Final = {
     "kafkaconsumer.polltimeoutms": "kafkaConsumer.pollTimeoutMs",
     "fetchoffset.numretries": "fetchOffset.numRetries",
     "fetchoffset.retryintervalms": "fetchOffset.retryIntervalMs",
+    "tierlog.maxpartitionbytes": "tierlog.maxPartitionBytes",
     "minoffsetspertrigger": "minOffsetsPerTrigger",
     "maxtriggerdelay": "maxTriggerDelay",
 }
@@ -215,6 +221,7 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
+    max_partition_bytes: int = 256 << 20
     max_offsets_per_trigger: int | None = None
     include_headers: bool = False
     read_committed: bool = True
@@ -619,6 +626,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool | None) 
         fail_on_data_loss=_bool(opts, "failondataloss", True),
         min_partitions=_int(opts, "minpartitions", positive=True),
         max_records_per_partition=_int(opts, "maxrecordsperpartition", positive=True),
+        max_partition_bytes=_max_partition_bytes(opts),
         max_offsets_per_trigger=_int(opts, "maxoffsetspertrigger", positive=True),
         include_headers=_bool(opts, "includeheaders", False),
         read_committed=isolation == "read_committed",
@@ -633,6 +641,15 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool | None) 
         or 1000,
         remote=_remote(opts),
     )
+
+
+def _max_partition_bytes(opts: Mapping[str, str]) -> int:
+    v = _int(opts, "tierlog.maxpartitionbytes")
+    if v is None:
+        return 256 << 20
+    if v < 0:
+        raise ConfigError("tierlog.maxPartitionBytes", f"must be >= 0, got {v}")
+    return v
 
 
 def _check_limits(starting: OffsetSpec, ending: OffsetSpec) -> None:
