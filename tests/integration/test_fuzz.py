@@ -156,6 +156,15 @@ def _seeds() -> list[bytes]:
 
 
 SEEDS = _seeds()
+#: Counts and lengths far beyond any frame (a uvarint of 24,154,976,852 made kio's native
+#: parser allocate 193 GB and abort the broker before lengths were checked).
+HUGE_LENGTHS = [
+    b"\x7f\xff\xff\xff",
+    b"\x7f\xff",
+    bytes.fromhex("d4e4fefd59"),
+    b"\xff\xff\xff\xff\x0f",
+    b"\xff\xff\xff\x07",
+]
 
 
 @st.composite
@@ -172,7 +181,7 @@ def frames(draw: st.DrawFn) -> bytes:
         cut = draw(st.integers(4, len(seed)))
         seed = seed[:cut] + other[draw(st.integers(0, len(other))) :]
     for _ in range(draw(st.integers(1, 6))):
-        op = draw(st.sampled_from(["flip", "set", "insert", "delete", "truncate"]))
+        op = draw(st.sampled_from(["flip", "set", "insert", "delete", "truncate", "length"]))
         if not seed:
             break
         i = draw(st.integers(0, len(seed) - 1))
@@ -184,6 +193,9 @@ def frames(draw: st.DrawFn) -> bytes:
             seed[i:i] = draw(st.binary(min_size=1, max_size=8))
         elif op == "delete":
             del seed[i : i + draw(st.integers(1, 8))]
+        elif op == "length":
+            # a huge count or length where one may be: int32, int16 or a 5-byte uvarint
+            seed[i : i + 5] = draw(st.sampled_from(HUGE_LENGTHS))
         else:
             del seed[i:]
     if len(seed) >= 4 and draw(st.booleans()):

@@ -89,6 +89,7 @@ from tierlog.protocol.api_versions import (
     response_class,
 )
 from tierlog.protocol.errors import error_response_for
+from tierlog.protocol.length_check import check_lengths
 
 __all__ = ["DEFAULT_MAX_FRAME_SIZE", "ServerConnection"]
 
@@ -110,6 +111,7 @@ class _ApiSpec:
     api_version: int
     name: str
     header_reader: Any
+    request_cls: type[Any]
     body_reader: Any
     response_cls: type[Any]
     writer: Writer
@@ -135,6 +137,7 @@ def _spec(api_key: int, api_version: int) -> _ApiSpec | None:
             api_version=api_version,
             name=api_name(api_key),
             header_reader=entity_reader(req_cls.__header_schema__),
+            request_cls=req_cls,
             body_reader=entity_reader(req_cls),
             response_cls=resp_cls,
             writer=compile_writer(resp_cls),
@@ -354,6 +357,8 @@ class ServerConnection:
                 f"(correlation_id={correlation_id}, {size} bytes): {type(e).__name__}: {e}"
             ) from e
         try:
+            # kio's native parser aborts the process on a huge count: check lengths first
+            check_lengths(spec.request_cls, buf, start + hlen, start + size)
             request, blen = spec.body_reader(buf, start + hlen)
         except Exception as e:
             raise RemoteProtocolError(

@@ -51,6 +51,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from tierlog.errors import ApiError, LeaderNotAvailable, RemoteProtocolError, for_code
+from tierlog.protocol.length_check import check_lengths
 
 __all__ = [
     "EARLIEST_TIMESTAMP",
@@ -216,6 +217,7 @@ class BrokerConnection:
                     f"{self.address} answered correlation id {header.correlation_id}, "
                     f"expected {cid}"
                 )
+            check_lengths(response_cls, frame, hlen, len(frame))  # before kio's native parser
             response, blen = _READERS[response_cls](frame, hlen)
         except RemoteProtocolError:
             raise
