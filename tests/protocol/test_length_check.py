@@ -51,8 +51,13 @@ def test_valid_bodies_pass_and_end_where_kio_ends(cls: type[Any]) -> None:
         except Exception:
             return  # kio cannot encode this value (e.g. a lone surrogate)
         buf = out.getvalue()
-        _, kio_end = entity_reader(cls)(buf, 0)
-        assert check_lengths(cls, buf, 0, len(buf)) == kio_end == len(buf)
+        assert check_lengths(cls, buf, 0, len(buf)) == len(buf)
+        try:
+            _, kio_end = entity_reader(cls)(buf, 0)
+        except ValueError as e:  # a value kio writes but cannot read back
+            assert "overflow" in str(e), e  # (a timedelta beyond datetime's range)
+        else:
+            assert kio_end == len(buf)
         if buf:
             cut = data.draw(st.integers(0, len(buf) - 1))
             with pytest.raises(ValueError):
