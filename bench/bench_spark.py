@@ -14,7 +14,8 @@ times (default 2, interleaved; the best is printed: the machines are shared and 
 
 * ``count()`` and a full-column aggregation (every column read) with ``format("tierlog")``,
   remote segments read straight from remote storage — vs the same on the Parquet file
-  (goal: >= 0.5 of Parquet);
+  (goal: >= 0.5 of Parquet); the aggregation also with one Spark task per remote segment
+  (``tierlog.maxPartitionBytes=0``);
 * the ceiling of PySpark's Python data source path on this machine: a trivial Python data
   source yielding the same rows as Arrow batches read by pyarrow's C++ Parquet reader;
 * the same through the broker only (no ``tierlog.remote.*`` options);
@@ -65,6 +66,8 @@ BATCH_RECORDS = 1000
 SEGMENT_BYTES = min(64 << 20, max(1 << 20, RECORDS * 115 // PARTITIONS // 4))
 TOPIC = "bench"
 REPEAT = int(os.environ.get("BENCH_SPARK_REPEAT", 2))
+#: One Spark task per remote segment (no packing of small segments).
+UNPACKED = {"tierlog.maxPartitionBytes": "0"}
 T0 = 1_700_000_000_000
 
 
@@ -339,6 +342,10 @@ def main() -> None:
                 measure("agg direct" + suffix, lambda: aggregate(tierlog_df(direct_options)))
                 if suffix:
                     continue
+                measure(
+                    "agg direct unpacked",
+                    lambda: aggregate(tierlog_df({**direct_options, **UNPACKED})),
+                )
                 measure("count direct", lambda: tierlog_df(direct_options).count())
                 measure("count broker", lambda: tierlog_df(options).count())
                 measure("agg broker", lambda: aggregate(tierlog_df(options)))
@@ -383,6 +390,12 @@ def main() -> None:
             "rows/s",
             r("agg direct") / r("agg parquet"),
             ">= 0.5 of parquet",
+        )
+        report(
+            "tierlog full-column aggregation, remote direct, one task per segment",
+            r("agg direct unpacked"),
+            "rows/s",
+            r("agg direct unpacked") / r("agg parquet"),
         )
         report(
             "tierlog full-column aggregation, remote direct vs ceiling",

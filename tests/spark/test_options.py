@@ -276,7 +276,7 @@ def test_pack_ranges_packs_small_consecutive_ranges_of_one_partition() -> None:
 
 def test_max_partition_bytes_option() -> None:
     base = {"kafka.bootstrap.servers": "h:1", "subscribe": "t"}
-    assert parse_source_options(base, streaming=False).max_partition_bytes == 256 << 20
+    assert parse_source_options(base, streaming=False).max_partition_bytes == 512 << 20
     opts = parse_source_options({**base, "tierlog.maxPartitionBytes": "0"}, streaming=False)
     assert opts.max_partition_bytes == 0
     with pytest.raises(ConfigError) as info:
