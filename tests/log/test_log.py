@@ -438,6 +438,24 @@ def test_offset_for_timestamp(open_log: OpenLog) -> None:
         log.offset_for_timestamp(-7)
 
 
+def test_offset_for_timestamp_does_not_inflate_a_compression_bomb(open_log: OpenLog) -> None:
+    """A client's zstd batch of a few KiB that decompresses to 50 MiB: the timestamp lookup
+    refuses to inflate it (bounded decompression) and answers from the batch header."""
+    from tierlog.records import COMPRESSION_ZSTD
+    from tierlog.records import build_batch as build
+
+    log = open_log()
+    log.append(build_batch(2, timestamps=[T0, T0 + 1]))
+    bomb = build([(T0 + 10, None, bytes(25 << 20)), (T0 + 20, None, bytes(25 << 20))], 4)
+    assert COMPRESSION_ZSTD == 4 and len(bomb) < 64 << 10
+    log.append(bomb)
+    log.append(build_batch(1, timestamps=[T0 + 30]))
+    assert log.offset_for_timestamp(T0 + 1) == TimestampOffset(T0 + 1, 1)
+    # Inside the bomb: not decoded; its max timestamp at its last offset (a logged warning).
+    assert log.offset_for_timestamp(T0 + 15) == TimestampOffset(T0 + 20, 3)
+    assert log.offset_for_timestamp(T0 + 25) == TimestampOffset(T0 + 30, 4)
+
+
 def test_max_timestamp_is_first_record_holding_it(open_log: OpenLog) -> None:
     log = open_log()
     log.append(build_batch(3, timestamps=[T0, T0 + 50, T0 + 50]))

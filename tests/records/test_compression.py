@@ -22,7 +22,12 @@ from tierlog.records import (
     compression_name,
     decompress,
 )
-from tierlog.records.compression import XERIAL_MAGIC
+from tierlog.records.compression import (
+    MAX_EXPANSION,
+    MIN_DECOMPRESSION_BOUND,
+    XERIAL_MAGIC,
+    decompression_bound,
+)
 
 from .strategies import FAST
 
@@ -59,6 +64,39 @@ def test_round_trip(codec: int, data: bytes) -> None:
 @given(st.sampled_from(ALL_CODECS), st.binary(max_size=2000))
 def test_round_trip_property(codec: int, data: bytes) -> None:
     assert decompress(codec, compress(codec, bytearray(data))) == data
+
+
+@FAST
+@given(st.sampled_from(ALL_CODECS), st.binary(max_size=2000))
+def test_bounded_round_trip_property(codec: int, data: bytes) -> None:
+    assert decompress(codec, compress(codec, data), bounded=True) == data
+
+
+@pytest.mark.parametrize("codec", [COMPRESSION_GZIP, COMPRESSION_ZSTD])
+def test_bounded_decompress_refuses_a_compression_bomb(codec: int) -> None:
+    """50 MiB of zeros is a few KiB compressed: far past MAX_EXPANSION times its size. (LZ4
+    and snappy cannot expand more than about 255x and 21x.)"""
+    zeros = bytes(50 << 20)
+    packed = compress(codec, zeros)
+    assert decompression_bound(len(packed)) < len(zeros)
+    with pytest.raises(CorruptRecordError, match="or decompress to more than"):
+        decompress(codec, packed, bounded=True)
+    assert decompress(codec, packed) == zeros  # unbounded (the Spark decoder) still reads it
+
+
+@pytest.mark.parametrize("framing", ["raw", "xerial"])
+def test_bounded_snappy_refuses_a_forged_length(framing: str) -> None:
+    """Snappy expands at most about 21x, but a raw block declares its length up front: a
+    forged 4 GiB one is refused before anything is allocated."""
+    forged = b"\xff\xff\xff\xff\x0f" + b"\x00" * 64  # uvarint 2^32 - 1, then junk
+    data = forged if framing == "raw" else XERIAL_MAGIC + bytes(8) + struct.pack(">i", 69) + forged
+    with pytest.raises(CorruptRecordError, match="or decompress to more than"):
+        decompress(COMPRESSION_SNAPPY, data, bounded=True)
+
+
+def test_decompression_bound() -> None:
+    assert decompression_bound(10) == MIN_DECOMPRESSION_BOUND
+    assert decompression_bound(1 << 20) == MAX_EXPANSION << 20
 
 
 def test_names() -> None:

@@ -794,7 +794,7 @@ class LogSegment:
 
         data = self.log.read(header.position, header.size_in_bytes)
         try:
-            records = read_records(data, replace(header, position=0))
+            records = read_records(data, replace(header, position=0), bounded=True)
         except (CorruptRecordError, InvalidRecord, UnsupportedCompressionType) as e:
             log.warning("cannot decode batch at %d of %s: %s", header.position, self, e)
             if matches(header.max_timestamp) and header.last_offset >= starting_offset:

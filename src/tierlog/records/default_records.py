@@ -355,10 +355,12 @@ def build_batch(
 # --------------------------------------------------------------------------- decoding
 
 
-def read_records(buf: Buffer, header: RecordBatchHeader) -> list[Record]:
+def read_records(buf: Buffer, header: RecordBatchHeader, *, bounded: bool = False) -> list[Record]:
     """Decode the records of the batch ``header`` describes (header already validated).
 
     Use after :func:`~tierlog.records.record_batch.validate_batch` or ``iter_headers``.
+    ``bounded``: cap the decompressed size (see :func:`~.compression.decompress`); the broker
+    decodes clients' batches only this way.
 
     Raises:
         CorruptRecordError: records that cannot be parsed or decompressed.
@@ -373,7 +375,7 @@ def read_records(buf: Buffer, header: RecordBatchHeader) -> list[Record]:
         # producer's state. Its codec bits are irrelevant.
         return _decode(b"", 0, 0, header)
     if codec:
-        data = decompress(codec, memoryview(buf)[start:end])
+        data = decompress(codec, memoryview(buf)[start:end], bounded=bounded)
         pos, end = 0, len(data)
     elif isinstance(buf, bytes):
         data, pos = buf, start  # decode in place: no copy of the batch

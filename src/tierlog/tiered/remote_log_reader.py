@@ -503,7 +503,7 @@ def _first_record(
     if header.attributes & TIMESTAMP_TYPE_MASK:
         return TimestampAndOffset(header.max_timestamp, max(header.base_offset, start_offset))
     try:
-        records = read_records(data, header)
+        records = read_records(data, header, bounded=True)
     except Exception as e:
         raise RemoteStorageError(f"cannot decode a remote batch: {e}") from e
     for record in records:
