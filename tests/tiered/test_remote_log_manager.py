@@ -334,6 +334,26 @@ def test_find_offset_by_timestamp_through_remote_time_indexes(world: World) -> N
     assert world.rlm.find_offset_by_timestamp(world.tp, T0 + 10**9, 0, cache) is None
 
 
+def test_find_offset_by_timestamp_does_not_inflate_a_remote_compression_bomb(
+    world: World,
+) -> None:
+    """A remote batch that decompresses far beyond its size is not inflated: the lookup
+    answers from its header (max timestamp, last offset), as the local lookup does."""
+    world.produce(1, ts=lambda _j: T0)
+    bomb = build_batch([(T0 + 10, None, bytes(10 << 20)), (T0 + 20, None, bytes(10 << 20))], 4)
+    assert len(bomb) < 1024  # zstd; 20 MiB inflated, past the 16 MiB bound
+    info = world.log.append(bomb)
+    world.fill_segments(3)
+    world.rlm.run_copy(world.tp)
+    world.clock.now = T0 + HOUR
+    world.log.delete_old_segments()
+    assert world.log.local_log_start_offset > info.last_offset  # the bomb is remote only
+    cache = world.log.leader_epoch_cache
+    found = world.rlm.find_offset_by_timestamp(world.tp, T0 + 15, 0, cache)
+    assert found is not None
+    assert (found.timestamp, found.offset) == (T0 + 20, info.last_offset)
+
+
 # ---------------------------------------------------------------------------------- followers
 
 

@@ -39,7 +39,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from tierlog.errors import OffsetOutOfRange, RemoteStorageError, RequestTimedOut
+from tierlog.errors import (
+    CorruptRecordError,
+    InvalidRecord,
+    OffsetOutOfRange,
+    RemoteStorageError,
+    RequestTimedOut,
+    UnsupportedCompressionType,
+)
 from tierlog.log.file_records import TimestampAndOffset
 from tierlog.log.log_segment import FetchDataInfo
 from tierlog.records.default_records import read_records
@@ -504,8 +511,13 @@ def _first_record(
         return TimestampAndOffset(header.max_timestamp, max(header.base_offset, start_offset))
     try:
         records = read_records(data, header, bounded=True)
-    except Exception as e:
-        raise RemoteStorageError(f"cannot decode a remote batch: {e}") from e
+    except (CorruptRecordError, InvalidRecord, UnsupportedCompressionType) as e:
+        # As the local lookup does: a batch that cannot (or must not) be decoded - a
+        # compression bomb - answers with its header's max timestamp and last offset.
+        log.warning("cannot decode the remote batch at offset %d: %s", header.base_offset, e)
+        if header.max_timestamp >= timestamp and header.last_offset >= start_offset:
+            return TimestampAndOffset(header.max_timestamp, header.last_offset)
+        return None
     for record in records:
         if record.offset >= start_offset and record.timestamp >= timestamp:
             return TimestampAndOffset(record.timestamp, record.offset)
