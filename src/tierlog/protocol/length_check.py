@@ -1,4 +1,4 @@
-"""A length check of a request body, run before kio's native parser sees it.
+"""A length check of a message body, run before kio's native parser sees it.
 
 kio's parser (Rust) sizes its buffers from the lengths in the frame: an array whose count
 says two billion elements makes it allocate count x element size up front, and Rust aborts
