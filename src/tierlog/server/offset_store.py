@@ -20,7 +20,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from tierlog.errors import ApiError, CoordinatorNotAvailable, KafkaStorageError
-from tierlog.records.default_records import build_batch, iter_records
+from tierlog.log.log_replay import iter_log_records
+from tierlog.records.default_records import build_batch
 from tierlog.server.replica_manager import GROUP_METADATA_TOPIC_NAME
 
 if TYPE_CHECKING:
@@ -103,31 +104,13 @@ class OffsetStore:
 
     def _iter(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
         lg = self._log(partition).log
-        offset = int(lg.log_start_offset)
-        end = int(lg.log_end_offset)
-        while offset < end:
-            try:
-                data = lg.read(offset, _REPLAY_CHUNK, max_offset=end, min_one_message=True)
-            except ApiError as e:
-                log.error(
-                    "replay of %s-%d stopped at %d: %s",
-                    GROUP_METADATA_TOPIC_NAME,
-                    partition,
-                    offset,
-                    e,
-                )
-                return
-            buf = data.records
-            if not buf:
-                return
-            progressed = False
-            for header, recs in iter_records(buf, check_crc=False):
-                for r in recs:
-                    if r.offset >= offset and r.key is not None:
-                        yield r.key, r.value
-                nxt = header.last_offset + 1
-                if nxt > offset:
-                    offset = nxt
-                    progressed = True
-            if not progressed:
-                return
+
+        def stop(offset: int, e: ApiError) -> None:
+            log.error(
+                "replay of %s-%d stopped at %d: %s", GROUP_METADATA_TOPIC_NAME, partition, offset, e
+            )
+
+        start, end = int(lg.log_start_offset), int(lg.log_end_offset)
+        for r in iter_log_records(lg, start, end, stop, chunk_bytes=_REPLAY_CHUNK):
+            if r.key is not None:
+                yield r.key, r.value

@@ -27,7 +27,8 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from tierlog.errors import ApiError, RemoteStorageError
-from tierlog.records.default_records import build_batch, iter_records
+from tierlog.log.log_replay import iter_log_records
+from tierlog.records.default_records import build_batch
 from tierlog.tiered.remote_log_metadata_manager import REMOTE_LOG_METADATA_TOPIC_NAME
 
 if TYPE_CHECKING:
@@ -144,28 +145,14 @@ class LogMetadataPublisher:
     def read_from(self, metadata_partition: int, offset: int) -> Iterator[tuple[int, bytes]]:
         """``(offset, value)`` of every event from ``offset`` to the current log end."""
         lg = self._log(metadata_partition)
-        offset = max(offset, lg.log_start_offset)
-        end = lg.log_end_offset
-        while offset < end:
-            try:
-                data = lg.read(offset, _READ_CHUNK, max_offset=end, min_one_message=True)
-            except ApiError as e:
-                raise RemoteStorageError(
-                    f"reading {REMOTE_LOG_METADATA_TOPIC_NAME}-{metadata_partition} at "
-                    f"{offset}: {e}"
-                ) from e
-            buf = data.records
-            if not buf:
-                return
-            progressed = False
-            for header, records in iter_records(buf, check_crc=False):
-                for r in records:
-                    if r.offset >= offset and r.value is not None:
-                        self.records_read += 1
-                        yield r.offset, bytes(r.value)
-                nxt = header.last_offset + 1
-                if nxt > offset:
-                    offset = nxt
-                    progressed = True
-            if not progressed:
-                return
+
+        def fail(at: int, e: ApiError) -> None:
+            raise RemoteStorageError(
+                f"reading {REMOTE_LOG_METADATA_TOPIC_NAME}-{metadata_partition} at {at}: {e}"
+            ) from e
+
+        start = max(offset, lg.log_start_offset)
+        for r in iter_log_records(lg, start, lg.log_end_offset, fail, chunk_bytes=_READ_CHUNK):
+            if r.value is not None:
+                self.records_read += 1
+                yield r.offset, bytes(r.value)
