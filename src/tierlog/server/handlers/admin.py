@@ -10,8 +10,9 @@ static configs, which are read-only.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tierlog.errors import (
@@ -90,6 +91,19 @@ def _error(e: Exception) -> tuple[int, str]:
     if isinstance(e, ApiError):
         return e.error_code, e.message
     return -1, str(e)
+
+
+@contextlib.contextmanager
+def _answered_per_resource(res: dict[str, Any], what: str) -> Iterator[None]:
+    """Answer an error of one resource in its own result, the others going on: an ApiError or
+    ConfigError with its code and message; an OSError (logged) as KAFKA_STORAGE_ERROR."""
+    try:
+        yield
+    except (ApiError, ConfigError) as e:
+        res["error_code"], res["error_message"] = _error(e)
+    except OSError as e:
+        log.error("%s failed: %s", what, e)
+        res["error_code"], res["error_message"] = KafkaStorageError.error_code, str(e)
 
 
 # --------------------------------------------------------------------------- topics
@@ -193,7 +207,7 @@ def handle_delete_topics(apis: KafkaApis, ev: Request) -> Any:
     results = []
     for name, topic_id in wanted:
         res: dict[str, Any] = {"name": name, "topic_id": topic_id, "error_code": 0}
-        try:
+        with _answered_per_resource(res, f"delete topic {name or topic_id}"):
             if name is None:
                 if topic_id is None or topic_id.int == 0:
                     raise InvalidRequest("a topic needs a name or an id")
@@ -220,11 +234,6 @@ def handle_delete_topics(apis: KafkaApis, ev: Request) -> Any:
             apis.topic_changed(name)
             if apis.tiered is not None:
                 apis.tiered.after_topic_deleted(pending)
-        except ApiError as e:
-            res["error_code"], res["error_message"] = e.error_code, e.message
-        except OSError as e:
-            log.error("delete topic %s failed: %s", name, e)
-            res["error_code"], res["error_message"] = KafkaStorageError.error_code, str(e)
         results.append(res)
     return build(
         response_class(DELETE_TOPICS, ev.api_version), {"throttle_time": 0, "responses": results}
@@ -238,7 +247,7 @@ def handle_create_partitions(apis: KafkaApis, ev: Request) -> Any:
     results = []
     for t in req.topics:
         res: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None}
-        try:
+        with _answered_per_resource(res, f"create partitions of {t.name}"):
             info = lm.topic(t.name)
             if info is None:
                 raise UnknownTopicOrPartition()
@@ -269,11 +278,6 @@ def handle_create_partitions(apis: KafkaApis, ev: Request) -> Any:
                 lm.create_partitions(t.name, t.count)
                 log.info("topic %s now has %d partitions", t.name, t.count)
                 apis.topic_changed(t.name)
-        except ApiError as e:
-            res["error_code"], res["error_message"] = e.error_code, e.message
-        except OSError as e:
-            log.error("create partitions of %s failed: %s", t.name, e)
-            res["error_code"], res["error_message"] = KafkaStorageError.error_code, str(e)
         results.append(res)
     return build(
         response_class(CREATE_PARTITIONS, ev.api_version), {"throttle_time": 0, "results": results}
@@ -536,7 +540,7 @@ def _alter_config_results(
             "resource_type": r.resource_type,
             "resource_name": r.resource_name,
         }
-        try:
+        with _answered_per_resource(res, f"altering the configs of {r.resource_name}"):
             if r.resource_type == RESOURCE_TOPIC:
                 _apply_topic_config(
                     apis,
@@ -551,10 +555,6 @@ def _alter_config_results(
                 )
             else:
                 raise InvalidRequest(f"unsupported resource type {r.resource_type}")
-        except (ApiError, ConfigError) as e:
-            res["error_code"], res["error_message"] = _error(e)
-        except OSError as e:
-            res["error_code"], res["error_message"] = KafkaStorageError.error_code, str(e)
         results.append(res)
     return results
 
