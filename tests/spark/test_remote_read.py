@@ -102,6 +102,31 @@ def read(spark: Any, options: dict[str, str]) -> Any:
     return r.load()
 
 
+def stream_available_now(
+    spark: Any, options: dict[str, str], checkpoint: Path
+) -> list[tuple[int, int, bytes]]:
+    """(partition, offset, value) of every row a streaming read with availableNow delivers
+    from ``checkpoint`` on."""
+    seen: list[tuple[int, int, bytes]] = []
+
+    def collect(df: Any, batch_id: int) -> None:
+        rows = df.select("partition", "offset", "value").collect()
+        seen.extend((r["partition"], r["offset"], bytes(r["value"])) for r in rows)
+
+    r = spark.readStream.format("tierlog")
+    for k, v in options.items():
+        r = r.option(k, v)
+    q = (
+        r.load()
+        .writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert q.awaitTermination(120) and q.exception() is None
+    return seen
+
+
 def test_most_data_is_remote(tiered: Tiered) -> None:
     for p in range(2):
         segs = [s for s in tiered.segments if s.topic_id_partition.partition == p]
@@ -182,25 +207,11 @@ def test_remote_objects_are_what_is_read(spark: Any, tiered: Tiered, tmp_path: P
 
 
 def test_stream_with_remote_reads(spark: Any, tiered: Tiered, tmp_path: Path) -> None:
-    seen: list[tuple[int, int]] = []
-
-    def collect(df: Any, batch_id: int) -> None:
-        seen.extend(
-            (r["partition"], r["offset"]) for r in df.select("partition", "offset").collect()
-        )
-
-    r = spark.readStream.format("tierlog")
-    for k, v in tiered.options(startingOffsets="earliest", maxOffsetsPerTrigger="1000").items():
-        r = r.option(k, v)
-    q = (
-        r.load()
-        .writeStream.foreachBatch(collect)
-        .option("checkpointLocation", str(tmp_path / "cp"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    assert q.awaitTermination(120) and q.exception() is None
-    assert sorted(seen) == [(p, i) for p in range(2) for i in range(PER_PARTITION)]
+    options = tiered.options(startingOffsets="earliest", maxOffsetsPerTrigger="1000")
+    rows = stream_available_now(spark, options, tmp_path / "cp")
+    assert sorted((p, o) for p, o, _ in rows) == [
+        (p, i) for p in range(2) for i in range(PER_PARTITION)
+    ]
 
 
 def test_deleted_remote_segment_falls_back_to_the_broker(tiered: Tiered, tmp_path: Path) -> None:
@@ -273,33 +284,15 @@ def test_write_tier_stream_write_more_restart(spark: Any, tiered: Tiered, tmp_pa
             .save()
         )
 
-    seen: list[bytes] = []
-
-    def stream() -> None:
-        def collect(df: Any, batch_id: int) -> None:
-            seen.extend(bytes(r["value"][:5]) for r in df.select("value").collect())
-
-        r = spark.readStream.format("tierlog")
+    def stream() -> list[bytes]:
         options = {**tiered.options(startingOffsets="earliest"), "subscribe": topic}
-        for k, v in options.items():
-            r = r.option(k, v)
-        q = (
-            r.load()
-            .writeStream.foreachBatch(collect)
-            .option("checkpointLocation", str(tmp_path / "cp"))
-            .trigger(availableNow=True)
-            .start()
-        )
-        assert q.awaitTermination(120) and q.exception() is None
+        return sorted(v[:5] for _, _, v in stream_available_now(spark, options, tmp_path / "cp"))
 
     write(0, 1200)
     segments = wait_until_tiered(
         tiered.broker.bootstrap, topic, tiered.broker.workdir / "logs", tiered.remote
     )
     assert {s.topic_id_partition.partition for s in segments} == {0, 1}
-    stream()
-    assert sorted(seen) == [b"%05d" % i for i in range(1200)]
-    seen.clear()
+    assert stream() == [b"%05d" % i for i in range(1200)]
     write(1200, 1500)
-    stream()
-    assert sorted(seen) == [b"%05d" % i for i in range(1200, 1500)]
+    assert stream() == [b"%05d" % i for i in range(1200, 1500)]
