@@ -33,11 +33,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_tiered_read import start_seaweedfs  # noqa: E402
+from bench.bench_tiered_read import start_weed  # noqa: E402
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from tests.conftest import ACCESS_KEY, BUCKET, SECRET_KEY, stop_seaweedfs  # noqa: E402
 from tests.integration.tiered_support import fetch  # noqa: E402
-from tests.tiered.conftest import ACCESS_KEY, BUCKET, SECRET_KEY, RequestCounter  # noqa: E402
+from tests.tiered.conftest import RequestCounter  # noqa: E402
 
 QUICK = bool(os.environ.get("BENCH_QUICK"))
 N = 200_000 if QUICK else 1_000_000
@@ -290,7 +291,7 @@ def run(backend: str, workdir: Path, overrides: list[str], counter: RequestCount
 
 def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="bench-tiered-broker-"))
-    sw = start_seaweedfs(root / "seaweedfs")
+    sw = start_weed(root / "seaweedfs")
     counter = RequestCounter(sw.port)
     try:
         run("file", root / "file", [f"rsm.config.uri={(root / 'remote').as_uri()}"], None)
@@ -304,9 +305,7 @@ def main() -> None:
         run("s3", root / "s3", s3, counter)
     finally:
         counter.close()
-        assert sw.process is not None
-        sw.process.terminate()
-        sw.process.wait(30)
+        stop_seaweedfs(sw)
         shutil.rmtree(root, ignore_errors=True)
 
 

