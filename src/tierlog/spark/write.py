@@ -244,8 +244,8 @@ def _total(messages: Sequence[WriterCommitMessage | None]) -> tuple[int, dict[st
     return rows, topics
 
 
-class TierlogBatchWriter(DataSourceArrowWriter):
-    """``df.write.format("tierlog")``: one idempotent producer per task."""
+class _ProducingWriter:
+    """What the batch and the streaming writer share: checked options, a task's write."""
 
     def __init__(self, options: SinkOptions, schema: StructType) -> None:
         validate_write_schema(schema, options)
@@ -255,6 +255,10 @@ class TierlogBatchWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TierlogCommitMessage:
         return _write(self.options, iterator)
+
+
+class TierlogBatchWriter(_ProducingWriter, DataSourceArrowWriter):
+    """``df.write.format("tierlog")``: one idempotent producer per task."""
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         rows, topics = _total(messages)
@@ -270,17 +274,8 @@ class TierlogBatchWriter(DataSourceArrowWriter):
         )
 
 
-class TierlogStreamWriter(DataSourceStreamArrowWriter):
+class TierlogStreamWriter(_ProducingWriter, DataSourceStreamArrowWriter):
     """``df.writeStream.format("tierlog")``: one idempotent producer per task and micro-batch."""
-
-    def __init__(self, options: SinkOptions, schema: StructType) -> None:
-        validate_write_schema(schema, options)
-        _check_producer_config(producer_config(options))
-        self.options = options
-        self.rows_written = 0
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> TierlogCommitMessage:
-        return _write(self.options, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         rows, topics = _total(messages)
