@@ -11,6 +11,7 @@ from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    ConfigSource,
     NewPartitions,
     NewTopic,
     OffsetSpec,
@@ -49,10 +50,9 @@ def test_create_describe_alter_delete_topic_with_confluent(broker, unique):
     res = ConfigResource(ConfigResource.Type.TOPIC, topic)
     configs = _wait(a.describe_configs([res]))[res]
     assert configs["retention.ms"].value == "3600000"
-    assert configs["retention.ms"].source == ConfigResource.Type.TOPIC.value or (
-        configs["retention.ms"].source == 1  # DYNAMIC_TOPIC_CONFIG
-    )
+    assert configs["retention.ms"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
     assert configs["segment.bytes"].is_default
+    assert configs["segment.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
     assert configs["cleanup.policy"].value == "delete"
     assert len(configs) > 20  # every topic config, defaults included
 
@@ -68,7 +68,9 @@ def test_create_describe_alter_delete_topic_with_confluent(broker, unique):
     _wait(a.incremental_alter_configs([inc]))
     configs = _wait(a.describe_configs([res]))[res]
     assert configs["segment.bytes"].value == "2000000"
+    assert configs["segment.bytes"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
     assert configs["retention.ms"].is_default
+    assert configs["retention.ms"].source == ConfigSource.DEFAULT_CONFIG.value
 
     # CreatePartitions
     _wait(a.create_partitions([NewPartitions(topic, 4)]))
