@@ -1,4 +1,5 @@
-"""Fixtures that run ``tierlog serve`` as a real subprocess on a free loopback port.
+"""Fixtures that run ``tierlog serve`` as a real subprocess on a loopback port of the
+kernel's choosing (tests/broker_process.py).
 
 * ``broker`` (session): one broker shared by the tests that do not restart it; each test uses
   its own topic and group names (``unique``).
@@ -14,12 +15,6 @@ The broker's stderr goes to ``<tmp>/broker.log``; a failing test prints its tail
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -41,125 +36,24 @@ with warnings.catch_warnings():
     import kafka.protocol.producer
     import kafka.record.memory_records  # noqa: F401
 
+from tests import broker_process
+from tests.broker_process import free_port
 from tests.integration.tiered_support import TIERED_BROKER, RemoteStore, make_store
 
-ROOT = Path(__file__).resolve().parents[2]
+__all__ = ["BrokerProcess", "free_port", "running_broker"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+class BrokerProcess(broker_process.BrokerProcess):
+    """A broker of the integration tests: group rebalances start after 200 ms, not 3 s."""
 
-
-class BrokerProcess:
-    """A ``tierlog serve`` child process with its own log dir and port."""
-
-    def __init__(
-        self,
-        workdir: Path,
-        *overrides: str,
-        port: int | None = None,
-        module: str = "tierlog.cli",
-        env: dict[str, str] | None = None,
-    ) -> None:
-        self.workdir = workdir
-        self.module = module
-        self.env = dict(env or {})
-        self.log_dir = workdir / "logs"
-        self.port = port or free_port()
-        self.overrides = [
-            f"listeners=PLAINTEXT://127.0.0.1:{self.port}",
-            f"log.dirs={self.log_dir}",
-            "group.initial.rebalance.delay.ms=200",
-            *overrides,
-        ]
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log_path = workdir / "broker.log"
-        self.starts = 0
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 30.0) -> None:
-        args = [sys.executable, "-m", self.module, "serve"]
-        for o in self.overrides:
-            args += ["--override", o]
-        env = dict(os.environ)
-        env.setdefault("TIERLOG_LOG_LEVEL", "INFO")
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-        env.update(self.env)
-        self.starts += 1
-        with open(self.log_path, "ab") as log:
-            log.write(f"\n===== start #{self.starts} =====\n".encode())
-            log.flush()
-            self.proc = subprocess.Popen(
-                args, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir, env=env
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"broker exited with {self.proc.returncode} during startup:\n{self.tail()}"
-                )
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError(f"broker did not listen within {timeout}s:\n{self.tail()}")
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
-        """Signal the broker and wait; its exit code."""
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                raise RuntimeError(f"broker did not stop on signal {sig}:\n{self.tail()}") from None
-        return int(self.proc.returncode)
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def tail(self, n: int = 60) -> str:
-        try:
-            lines = self.log_path.read_text(errors="replace").splitlines()
-        except OSError:
-            return ""
-        return "\n".join(lines[-n:])
-
-    def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace")
+    defaults = ("group.initial.rebalance.delay.ms=200",)
 
 
 @contextlib.contextmanager
-def running_broker(
-    workdir: Path, *overrides: str, port: int | None = None, **kw: Any
-) -> Iterator[BrokerProcess]:
-    workdir.mkdir(parents=True, exist_ok=True)
-    b = BrokerProcess(workdir, *overrides, port=port, **kw)
-    b.start()
-    try:
+def running_broker(workdir: Path, *overrides: str, **kw: Any) -> Iterator[BrokerProcess]:
+    with broker_process.running_broker(workdir, *overrides, cls=BrokerProcess, **kw) as b:
+        assert isinstance(b, BrokerProcess)
         yield b
-    finally:
-        if b.alive():
-            with contextlib.suppress(RuntimeError):
-                b.stop()
 
 
 @pytest.fixture(scope="session")
@@ -186,13 +80,9 @@ def tiered_broker(
     sw = request.getfixturevalue("seaweedfs") if kind == "s3" else None
     workdir = tmp_path_factory.mktemp(f"tiered-{kind}")
     store = make_store(kind, workdir, sw)
-    metrics_port = free_port()
     try:
-        with running_broker(
-            workdir, *TIERED_BROKER, *store.overrides(), f"metrics.port={metrics_port}"
-        ) as b:
+        with running_broker(workdir, *TIERED_BROKER, *store.overrides(), metrics=True) as b:
             b.store = store  # type: ignore[attr-defined]
-            b.metrics_port = metrics_port  # type: ignore[attr-defined]
             yield b
             assert b.alive(), f"the shared tiered broker died:\n{b.tail()}"
     finally:

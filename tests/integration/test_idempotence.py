@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 from tests.integration.clients import cf_consume, kp_producer
-from tests.integration.conftest import free_port, running_broker
+from tests.integration.conftest import running_broker
 from tests.integration.proxy import FaultyProxy
 
 
@@ -21,12 +21,13 @@ def _check_log(bootstrap: str, topic: str, values: list[bytes], delivered: list[
 
 
 def test_confluent_idempotent_producer_retries_get_original_offsets(tmp_path):
-    port = free_port()
-    proxy = FaultyProxy(("127.0.0.1", port), drop_every=4, max_drops=5)
+    # The broker's port is known once it started; the proxy forwards there from then on.
+    proxy = FaultyProxy(("127.0.0.1", 0), drop_every=4, max_drops=5)
     try:
         with running_broker(
-            tmp_path / "b", f"advertised.listeners=PLAINTEXT://127.0.0.1:{proxy.port}", port=port
+            tmp_path / "b", f"advertised.listeners=PLAINTEXT://127.0.0.1:{proxy.port}"
         ) as b:
+            proxy.target = ("127.0.0.1", b.port)
             from confluent_kafka import Producer
 
             bootstrap = f"127.0.0.1:{proxy.port}"
@@ -66,12 +67,13 @@ def test_confluent_idempotent_producer_retries_get_original_offsets(tmp_path):
 
 
 def test_kafka_python_idempotent_producer_retries(tmp_path):
-    port = free_port()
-    proxy = FaultyProxy(("127.0.0.1", port), drop_every=3, max_drops=4)
+    # The broker's port is known once it started; the proxy forwards there from then on.
+    proxy = FaultyProxy(("127.0.0.1", 0), drop_every=3, max_drops=4)
     try:
         with running_broker(
-            tmp_path / "b", f"advertised.listeners=PLAINTEXT://127.0.0.1:{proxy.port}", port=port
-        ):
+            tmp_path / "b", f"advertised.listeners=PLAINTEXT://127.0.0.1:{proxy.port}"
+        ) as b:
+            proxy.target = ("127.0.0.1", b.port)
             bootstrap = f"127.0.0.1:{proxy.port}"
             topic = "idem-kp"
             p = kp_producer(

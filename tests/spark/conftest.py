@@ -2,8 +2,8 @@
 
 * ``spark`` (session): ``local[2]``, UI off, driver bound to 127.0.0.1, session time zone UTC,
   Python workers running this interpreter; ``tierlog`` registered.
-* ``broker`` (session): ``tierlog serve`` as a subprocess on a free loopback port (the
-  approach of tests/integration/conftest.py); each test uses its own topics (``unique``).
+* ``broker`` (session): ``tierlog serve`` as a subprocess on a loopback port (the
+  tests/broker_process.py); each test uses its own topics (``unique``).
 * ``admin`` / ``produce``: confluent-kafka helpers against that broker.
 
 Tests that use the ``spark`` or ``broker`` fixtures are marked ``spark``; the others (decoder,
@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
+import shutil
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,11 +24,17 @@ from typing import Any
 
 import pytest
 
-try:  # the spark extra: without numpy/pyarrow nothing here can even be imported
+from tests import broker_process, real_parts
+
+try:  # the spark extra: without numpy nothing here can even be imported
     import numpy  # noqa: F401
-    import pyarrow  # noqa: F401
 except ImportError:  # pragma: no cover
-    collect_ignore_glob = ["test_*.py"]
+    if real_parts.REQUIRED:
+        raise ImportError(
+            "numpy (the spark extra) is missing and TIERLOG_REQUIRE_REAL_PARTS=1: "
+            "make test installs it"
+        ) from None
+    collect_ignore_glob = ["test_*.py"]  # a developer without the spark extra
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -45,65 +50,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.spark)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+class BrokerProcess(broker_process.BrokerProcess):
+    """A broker of the Spark tests (tests/broker_process.py)."""
 
-
-class BrokerProcess:
-    """A ``tierlog serve`` child process with its own log dir and port."""
-
-    def __init__(self, workdir: Path, *overrides: str) -> None:
-        self.workdir = workdir
-        self.port = free_port()
-        self.overrides = [
-            f"listeners=PLAINTEXT://127.0.0.1:{self.port}",
-            f"log.dirs={workdir / 'logs'}",
-            # The tests' records carry fixed 2023 timestamps: no time-based retention.
-            "log.retention.ms=-1",
-            *overrides,
-        ]
-        self.log_path = workdir / "broker.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 30.0) -> None:
-        args = [sys.executable, "-m", "tierlog.cli", "serve"]
-        for o in self.overrides:
-            args += ["--override", o]
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                args, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"broker exited during startup:\n{self.tail()}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError(f"broker did not listen within {timeout}s:\n{self.tail()}")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def tail(self, n: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return ""
+    # The tests' records carry fixed 2023 timestamps: no time-based retention.
+    defaults = ("log.retention.ms=-1",)
 
 
 @pytest.fixture(scope="session")
@@ -118,7 +69,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    pytest.importorskip("pyspark")
+    require_spark()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # every Spark socket on loopback
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
@@ -144,6 +95,24 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+
+
+def require_spark() -> str:
+    """pyspark and a Java runtime, or :func:`tests.real_parts.missing`; the Java version."""
+    try:
+        import pyspark
+    except ImportError as e:
+        real_parts.missing("pyspark", f"cannot import pyspark ({e}): pip install -e '.[spark]'")
+    java_home = os.environ.get("JAVA_HOME")
+    java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
+    if java is None or not Path(java).exists():
+        real_parts.missing("Java", "no java on PATH or in JAVA_HOME (Spark needs Java 17+)")
+    out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+    version = (out.stderr or out.stdout).splitlines()[0] if out.returncode == 0 else ""
+    if not version:
+        real_parts.missing("Java", f"{java} -version failed: {out.stderr.strip()}")
+    real_parts.used("Spark", f"pyspark {pyspark.__version__} on {version} ({java})")
+    return version
 
 
 @pytest.fixture

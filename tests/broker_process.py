@@ -1,0 +1,204 @@
+"""``tierlog serve`` as a real child process, for the integration and Spark tests.
+
+Ports: the first start listens on port 0, so the kernel picks a port no other process holds,
+and the broker's own "tierlog broker started ... listening on HOST:PORT" line says which; a
+restart binds that same port again so clients keep their bootstrap address. Readiness is that
+line, read from the log written since *this* start: "something accepts on the port" could be
+another process, or the previous broker still closing.
+
+``metrics=True`` gives the broker a ``metrics.port`` chosen free (Prometheus' server cannot
+take port 0: 0 turns it off); when the port was taken in between, the start is retried with
+another.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from tests import real_parts
+
+ROOT = Path(__file__).resolve().parents[1]
+
+_STARTED = re.compile(r"tierlog broker started in [\d.]+s: .* listening on [^,\s]+:(\d+)")
+_ADDRESS_IN_USE = "address already in use"
+
+
+def free_port() -> int:
+    """A port free right now, for a part that cannot listen on port 0 and say which it got.
+    Another process may take it before it is bound: callers retry on "address in use"."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class BrokerProcess:
+    """A ``tierlog serve`` child process with its own log dir; the port is the kernel's pick
+    on the first start (or ``port``), kept across restarts."""
+
+    # Overrides every broker of this kind gets, before the caller's (which win).
+    defaults: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        workdir: Path,
+        *overrides: str,
+        port: int | None = None,
+        module: str = "tierlog.cli",
+        env: dict[str, str] | None = None,
+        metrics: bool = False,
+    ) -> None:
+        self.workdir = workdir
+        self.module = module
+        self.env = dict(env or {})
+        self.log_dir = workdir / "logs"
+        self.port = port
+        self.metrics_port: int | None = None
+        self._metrics = metrics
+        self.extra_overrides = [f"log.dirs={self.log_dir}", *self.defaults, *overrides]
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started_overrides: list[str] = []  # what the latest start was given
+        self.log_path = workdir / "broker.log"
+        self.starts = 0
+
+    @property
+    def bootstrap(self) -> str:
+        assert self.port is not None, "the broker has not started yet"
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def overrides(self) -> list[str]:
+        listen = [f"listeners=PLAINTEXT://127.0.0.1:{self.port or 0}"]
+        metrics = [f"metrics.port={self.metrics_port}"] if self.metrics_port else []
+        return [*listen, *metrics, *self.extra_overrides]
+
+    def start(self, timeout: float = 60.0) -> None:
+        for attempt in range(3):
+            if self._metrics and (attempt > 0 or self.metrics_port is None):
+                self.metrics_port = free_port()
+            since = self._launch()
+            try:
+                self._wait_started(since, timeout)
+                return
+            except RuntimeError:
+                text = self._log_since(since).lower()
+                retry = self._metrics and _ADDRESS_IN_USE in text and str(self.metrics_port) in text
+                if not retry:
+                    raise
+        raise RuntimeError(f"broker could not get a free metrics port:\n{self.tail()}")
+
+    def _launch(self) -> int:
+        """Start the process; the log file's size before its first line."""
+        args = [sys.executable, "-m", self.module, "serve"]
+        self.started_overrides = self.overrides
+        for o in self.started_overrides:
+            args += ["--override", o]
+        env = dict(os.environ)
+        env.setdefault("TIERLOG_LOG_LEVEL", "INFO")
+        if env["TIERLOG_LOG_LEVEL"].upper() not in ("INFO", "DEBUG"):
+            raise ValueError("readiness is the INFO line 'tierlog broker started': keep INFO")
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        env.update(self.env)
+        self.starts += 1
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n===== start #{self.starts} =====\n".encode())
+            log.flush()
+            since = log.tell()
+            self.proc = subprocess.Popen(
+                args, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir, env=env
+            )
+        real_parts.used("broker process", f"{self.module} serve ({sys.executable})")
+        return since
+
+    def _log_since(self, offset: int) -> str:
+        with open(self.log_path, "rb") as f:
+            f.seek(offset)
+            return f.read().decode(errors="replace")
+
+    def _wait_started(self, since: int, timeout: float) -> None:
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            exited = self.proc.poll() is not None
+            m = _STARTED.search(self._log_since(since))
+            if m is not None and not exited:
+                bound = int(m.group(1))
+                assert self.port in (None, bound), f"asked for port {self.port}, got {bound}"
+                self.port = bound
+                return
+            if exited:
+                raise RuntimeError(
+                    f"broker exited with {self.proc.returncode} during startup:\n{self.tail()}"
+                )
+            time.sleep(0.05)
+        raise RuntimeError(f"broker did not start within {timeout}s:\n{self.tail()}")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        """Signal the broker and wait; its exit code."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise RuntimeError(f"broker did not stop on signal {sig}:\n{self.tail()}") from None
+        return int(self.proc.returncode)
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def tail(self, n: int = 60) -> str:
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(lines[-n:])
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def log_since_start(self) -> str:
+        """The log written since the latest start."""
+        text = self.log_text()
+        marker = f"===== start #{self.starts} ====="
+        return text[text.rindex(marker) :] if marker in text else text
+
+
+@contextlib.contextmanager
+def running_broker(
+    workdir: Path,
+    *overrides: str,
+    port: int | None = None,
+    cls: type[BrokerProcess] = BrokerProcess,
+    **kw: Any,
+) -> Iterator[BrokerProcess]:
+    workdir.mkdir(parents=True, exist_ok=True)
+    b = cls(workdir, *overrides, port=port, **kw)
+    b.start()
+    try:
+        yield b
+    finally:
+        if b.alive():
+            with contextlib.suppress(RuntimeError):
+                b.stop()
