@@ -3,6 +3,7 @@ leave, the bounded join wait, and committed offsets surviving restarts (clean an
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 
@@ -22,6 +23,15 @@ def _consumer(bootstrap: str, group: str, **conf) -> Consumer:
     }
     base.update(conf)
     return Consumer(base)
+
+
+def _since_start(b) -> str:
+    """The broker log written since its latest start (the fixture marks each start with a
+    "===== start #N =====" line): what this run of the broker said, not an earlier one."""
+    text = b.log_text()
+    marker = f"===== start #{b.starts} ====="
+    assert marker in text, f"no {marker!r} in the broker log"
+    return text[text.rindex(marker) :]
 
 
 def _pump(consumers: list[Consumer], seen: list[bytes], seconds: float) -> None:
@@ -127,7 +137,7 @@ def test_committed_offsets_survive_restarts(fresh_broker):
     admin.close()
 
     assert b.stop() == 0  # SIGTERM: clean shutdown
-    assert "stopped cleanly" in b.log_text()
+    assert "stopped cleanly" in _since_start(b)
     b.start()
     assert _committed(b.bootstrap, group, topic, 2) == [70, 20]
     admin = kp_admin(b.bootstrap)
@@ -154,10 +164,16 @@ def test_sigint_is_a_clean_shutdown_too(fresh_broker):
     b = fresh_broker
     cf_produce(b.bootstrap, "ctrl-c", [(None, b"x")] * 10)
     assert b.stop(signal.SIGINT) == 0
-    assert "stopped cleanly" in b.log_text()
+    assert "stopped cleanly" in _since_start(b)
     assert (b.log_dir / ".kafka_cleanshutdown").exists()
+    partitions = [d for d in b.log_dir.iterdir() if d.is_dir()]
+    assert any(d.name == "ctrl-c-0" for d in partitions)
     b.start()
-    assert "loaded" in b.log_text()
+    # this start loaded every partition (the first start's line does not count), and took
+    # the clean shutdown marker
+    loaded = re.findall(r"loaded (\d+) logs from", _since_start(b))
+    assert loaded == [str(len(partitions))]
+    assert not (b.log_dir / ".kafka_cleanshutdown").exists()
 
 
 def test_commits_with_flush_per_message_go_through_the_writer_thread(tmp_path):
