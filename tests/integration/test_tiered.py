@@ -23,6 +23,7 @@ from tests.integration.tiered_support import (
     all_gone,
     assert_same,
     assert_same_kp,
+    at_rest,
     consume,
     decode,
     fetch,
@@ -316,8 +317,15 @@ def test_list_offsets_with_remote_timestamp_search(tiered_broker, unique):
     ts0 = int(time.time() * 1000) - 100_000
     sent = make_records(3000, ts0=ts0, ts_step=10)
     produce(b.bootstrap, topic, sent)
-    off = wait_until(lambda: (o := Offsets(b.bootstrap, topic)).local >= 2000 and o, what="tiered")
+    # Copying and local deletion run until every rolled segment is in remote storage and two
+    # segments' worth stays local: the offsets compared below (and the local log start the
+    # probes straddle) are read once they no longer move.
+    off = wait_until(
+        lambda: at_rest(b, topic, local_retention_bytes=2 * SEGMENT_BYTES),
+        what="every rolled segment tiered, local retention done",
+    )
     assert off.earliest == 0 and off.end == 3000
+    assert off.local >= 2000  # most of the topic is remote only
     assert off.local - 1 <= off.tiered < off.end
     assert off.tiered == max(s["end_offset"] for s in finished(b, topic))
     local = off.local
@@ -326,6 +334,8 @@ def test_list_offsets_with_remote_timestamp_search(tiered_broker, unique):
         assert list_offsets(b.bootstrap, topic, ts0 + 10 * i - 5) == i, i  # first ts >= target
     assert list_offsets(b.bootstrap, topic, ts0 - 1000) == 0
     assert list_offsets(b.bootstrap, topic, ts0 + 10 * 3000) == -1  # later than every record
+    # The probes straddled the local log start as it stands: nothing moved meanwhile.
+    assert Offsets(b.bootstrap, topic).as_tuple() == off.as_tuple()
     # librdkafka's offsets_for_times (ListOffsets v7) agrees.
     c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "x"})
     try:

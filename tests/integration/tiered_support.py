@@ -452,6 +452,52 @@ class Offsets:
             f"end={self.end})"
         )
 
+    def as_tuple(self) -> tuple[int, int, int, int]:
+        return self.earliest, self.local, self.tiered, self.end
+
+
+def local_segments(broker: Any, topic: str, partition: int = 0) -> list[tuple[int, int]]:
+    """``(base offset, bytes)`` of the partition's segments on the broker's disk, oldest
+    first; the last one is the active segment. No request tells where the active segment
+    starts (the copy task takes every segment before it) or how big the local segments are
+    (what local retention counts), so :func:`at_rest` reads the log dir."""
+    found: dict[int, int] = {}
+    for path in (Path(broker.log_dir) / f"{topic}-{partition}").glob("*.log"):
+        with contextlib.suppress(FileNotFoundError, ValueError):  # deleted meanwhile
+            found[int(path.name[: -len(".log")])] = path.stat().st_size
+    return sorted(found.items())
+
+
+def at_rest(
+    broker: Any, topic: str, partition: int = 0, *, local_retention_bytes: int
+) -> Offsets | None:
+    """The partition's offsets once copying and local retention have nothing left to do,
+    else None (use with :func:`wait_until`, after the last record was produced):
+
+    * every rolled segment is in remote storage: the highest tiered offset (-5) is the one
+      before the active segment;
+    * local retention is done: deleting the oldest local segment would leave less than
+      ``local_retention_bytes`` (Kafka's rule), and the local log start (-4) says so.
+
+    The offsets are read before and after the log dir and must agree, so nothing moved in
+    between. Remote expiration (retention.ms / retention.bytes) is not covered: a test of it
+    waits for its own end state on top of this one.
+    """
+    before = Offsets(broker.bootstrap, topic, partition)
+    segs = local_segments(broker, topic, partition)
+    after = Offsets(broker.bootstrap, topic, partition)
+    if not segs or before.as_tuple() != after.as_tuple():
+        return None
+    active_base = segs[-1][0]
+    if after.tiered != active_base - 1:
+        return None  # a rolled segment is still to be copied
+    total = sum(size for _, size in segs)
+    if len(segs) > 1 and total - segs[0][1] >= local_retention_bytes:
+        return None  # local retention still has a copied segment to delete
+    if after.local != max(segs[0][0], after.earliest):
+        return None
+    return after
+
 
 def remote_ls(broker: Any, topic: str, *, all_segments: bool = False) -> list[dict[str, Any]]:
     """``tierlog remote ls --json`` in process, with the broker's own overrides."""
