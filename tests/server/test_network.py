@@ -29,12 +29,13 @@ def _metadata() -> MetadataRequest:
 
 class Handler:
     """ApiVersions answers at once; Metadata after ``delay`` seconds (then the next one
-    faster), so later requests finish first."""
+    faster), so later requests finish first; or, with a ``gate``, when the test releases it."""
 
     def __init__(self) -> None:
         self.delays = [0.3, 0.0]
         self.calls = 0
         self.fail = False
+        self.gate: asyncio.Semaphore | None = None  # when set, Metadata waits for a release
 
     def __call__(self, ev, host):
         self.calls += 1
@@ -46,7 +47,10 @@ class Handler:
         cls = load_response_schema(3, ev.api_version)
 
         async def later():
-            await asyncio.sleep(delay)
+            if self.gate is not None:
+                await self.gate.acquire()
+            else:
+                await asyncio.sleep(delay)
             return cls(
                 throttle_time=datetime.timedelta(0),
                 brokers=(),
@@ -122,23 +126,42 @@ def test_oversized_and_garbage_frames_close_only_their_connection():
     assert asyncio.run(main()) == 9
 
 
+async def _until(condition) -> None:
+    """Poll ``condition`` on the loop until it holds (a generous deadline, not a duration)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    while not condition():
+        assert loop.time() < deadline, "condition not reached"
+        await asyncio.sleep(0.005)
+
+
 def test_backpressure_stops_reading_while_too_much_is_in_flight():
     async def main():
         h = Handler()
-        h.delays = [0.1] * 100
+        gate = asyncio.Semaphore(0)  # each Metadata answer waits for one release
+        h.gate = gate
         server, port = await _serve(h, max_in_flight=4)
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(b"".join(encode(_metadata(), i) for i in range(1, 21)))
-        await asyncio.sleep(0.05)
-        in_flight_calls = h.calls  # the handler saw at most max_in_flight requests
-        got = [decode(await _read_frame(reader), 3, 12)[0] for _ in range(20)]
+        await _until(lambda: len(server.connections) == 1)
+        (conn,) = server.connections
+        # nothing can be answered before the gate opens: the connection pauses at the limit
+        await _until(lambda: conn._reading_paused)
+        assert h.calls == 4  # max_in_flight, not fewer and not more
+        gate.release()
+        first = decode(await asyncio.wait_for(_read_frame(reader), 10), 3, 12)[0]
+        # the answer left, then the slot it freed took exactly one more request
+        assert h.calls == 5
+        for _ in range(19):
+            gate.release()
+        got = [first]
+        for _ in range(19):
+            got.append(decode(await asyncio.wait_for(_read_frame(reader), 10), 3, 12)[0])
         writer.close()
         await server.stop()
-        return in_flight_calls, got
+        return got
 
-    calls, got = asyncio.run(main())
-    assert calls <= 4
-    assert got == list(range(1, 21))
+    assert asyncio.run(main()) == list(range(1, 21))
 
 
 def test_eof_after_requests_still_gets_the_answers():
