@@ -398,7 +398,12 @@ def test_disable_remote_storage_with_delete_on_disable(tiered_broker, unique):
     cf_create_topic(b.bootstrap, topic, 1, **tiered_topic_configs(local_retention_bytes="1"))
     sent = make_records(1500)
     produce(b.bootstrap, topic, sent)
-    off = wait_until(lambda: (o := Offsets(b.bootstrap, topic)).local > 1000 and o, what="tiered")
+    # Disable once tiering is at rest: the local log start no longer moves, so the log start
+    # must land exactly on it.
+    off = wait_until(
+        lambda: at_rest(b, topic, local_retention_bytes=1), what="every rolled segment tiered"
+    )
+    assert off.earliest == 0 and off.local > 1000
     topic_id = _topic_id(b, topic)
     _alter(b.bootstrap, topic, remote_storage_enable="false", remote_log_delete_on_disable="true")
     wait_until(lambda: not b.store.topic_keys(topic, topic_id), what="remote data deleted")
@@ -406,7 +411,7 @@ def test_disable_remote_storage_with_delete_on_disable(tiered_broker, unique):
         lambda: (o := Offsets(b.bootstrap, topic)).earliest == off.local and o,
         what="log start moved to the local log start",
     )
-    assert after.tiered == -1
+    assert (after.local, after.tiered, after.end) == (off.local, -1, len(sent))
     tail = sent[after.earliest :]
     assert_same(tail, consume(b.bootstrap, topic, len(tail), offset=0), after.earliest)
 
