@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -32,12 +33,15 @@ class Crash(BaseException):
 
 class FaultyRSM(PyArrowRemoteStorageManager):
     """Writes the .log object of an upload, then fails (``mode='error'``) or dies
-    (``mode='crash'``) before the indexes object; or sleeps in reads."""
+    (``mode='crash'``) before the indexes object; or runs ``before_read`` (a test's gate or
+    barrier) at the start of each segment read, counting the reads in progress."""
 
     def __init__(self, uri: str) -> None:
         super().__init__(uri)
         self.upload_faults: list[str] = []
-        self.read_delay = 0.0
+        self.before_read: Callable[[], object] | None = None
+        self.reads_in_progress = 0
+        self._reads_lock = threading.Lock()
 
     def copy_log_segment_data(self, metadata, segment_data):
         if self.upload_faults:
@@ -49,9 +53,15 @@ class FaultyRSM(PyArrowRemoteStorageManager):
         return super().copy_log_segment_data(metadata, segment_data)
 
     def fetch_log_segment(self, metadata, start_position, end_position=None):
-        if self.read_delay:
-            time.sleep(self.read_delay)
-        return super().fetch_log_segment(metadata, start_position, end_position)
+        with self._reads_lock:
+            self.reads_in_progress += 1
+        try:
+            if self.before_read is not None:
+                self.before_read()
+            return super().fetch_log_segment(metadata, start_position, end_position)
+        finally:
+            with self._reads_lock:
+                self.reads_in_progress -= 1
 
 
 def remote_objects(root: Path) -> set[str]:
@@ -250,28 +260,47 @@ def test_corrupt_remote_data_is_never_returned(tmp_path) -> None:
 
 def test_slow_remote_read_times_out_without_blocking_the_others(tmp_path) -> None:
     w, rsm = faulty_world(tmp_path, partitions=2)
+    gate = threading.Event()
+    barrier = threading.Barrier(2, timeout=30)
     try:
         for tp in w.tps:
             w.fill_segments(3, tp=tp)
         w.copy_all()
         for tp in w.tps:  # warm the index cache
             w.rlm.read(RemoteStorageFetchInfo(tp, 0, 100, True))
-        rsm.read_delay = 0.5
+
+        # reads that cannot finish before the gate opens (30 s at most): read_many answers
+        # at its deadline instead of waiting for them
+        def held() -> None:
+            if not gate.wait(30):
+                raise RemoteStorageError("the gate never opened")
+
+        rsm.before_read = held
         t0 = time.monotonic()
         results = w.rlm.read_many(
             [RemoteStorageFetchInfo(tp, 0, 100, True) for tp in w.tps], timeout_ms=100
         )
-        assert time.monotonic() - t0 < 0.4  # both waited together, not one after another
+        assert time.monotonic() - t0 >= 0.09  # it did wait for the deadline
+        assert not gate.is_set()
         assert all(isinstance(r.error, RequestTimedOut) for r in results)
         assert all(r.error is not None and r.error.retriable for r in results)
-        rsm.read_delay = 0.25
-        t0 = time.monotonic()
+        gate.set()
+        deadline = time.monotonic() + 30
+        while rsm.reads_in_progress:  # the abandoned reads finish
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+
+        # in parallel: each read waits at a barrier until the other one is in progress too
+        # (one after the other, the first would wait there until read_many's deadline)
+        rsm.before_read = barrier.wait
         results = w.rlm.read_many(
-            [RemoteStorageFetchInfo(tp, 0, 100, True) for tp in w.tps], timeout_ms=5000
+            [RemoteStorageFetchInfo(tp, 0, 100, True) for tp in w.tps], timeout_ms=20_000
         )
-        assert all(r.error is None for r in results)
-        assert time.monotonic() - t0 < 0.45  # in parallel (one after the other: >= 0.5 s)
+        assert [r.error for r in results] == [None, None]
+        assert all(r.info is not None and r.info.records for r in results)
     finally:
+        gate.set()
+        barrier.abort()
         w.close()
 
 
