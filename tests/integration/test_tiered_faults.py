@@ -2,8 +2,8 @@
 local-dir remote store and a real S3 server (SeaweedFS, ``s3``):
 
 * the remote store down during copies (no local segment deleted, no COPY_SEGMENT_FINISHED,
-  recovery when it is back) and during reads (a retriable error for that partition only,
-  never wrong data);
+  recovery when it is back) and during reads and timestamp searches (a retriable error for
+  that partition only, never wrong data);
 * the broker SIGKILLed in the middle of an upload and of a delete: the restart converges
   (no dangling STARTED state, no orphan object, no data loss);
 * a corrupt metadata cache file (falls back to re-reading the topic), corrupt remote index
@@ -13,6 +13,7 @@ local-dir remote store and a real S3 server (SeaweedFS, ``s3``):
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -38,6 +39,7 @@ from tests.integration.tiered_support import (
     verify,
     wait_until,
 )
+from tests.integration.wire import WireClient, request_class
 
 
 def _tier(b, topic: str, n: int, partitions: int = 1, **configs: str) -> list:
@@ -63,6 +65,33 @@ def _converged(b, topic: str, n: int) -> bool:
 
 def _since_last_start(b) -> str:
     return b.log_text().rsplit(f"===== start #{b.starts} =====", 1)[1]
+
+
+def _list_offsets(bootstrap: str, wanted: list[tuple[str, int]]) -> list[tuple[int, int, int]]:
+    """One ListOffsets v8 request for ``(topic, timestamp)`` (partition 0 of each); per entry
+    (error code, offset, timestamp), in order."""
+    cls = request_class(2, 8)
+    m = importlib.import_module(cls.__module__)
+    req = cls(
+        replica_id=-1,
+        isolation_level=0,
+        topics=tuple(
+            m.ListOffsetsTopic(
+                name=topic, partitions=(m.ListOffsetsPartition(partition_index=0, timestamp=ts),)
+            )
+            for topic, ts in wanted
+        ),
+    )
+    c = WireClient(bootstrap, timeout=60)
+    try:
+        resp = c.call(req)
+    finally:
+        c.close()
+    out = []
+    for t in resp.topics:
+        (p,) = t.partitions
+        out.append((p.error_code, p.offset, p.timestamp))
+    return out
 
 
 # --------------------------------------------------------------------------- store down
@@ -99,7 +128,12 @@ def test_remote_store_down_during_reads(tiered_env):
     sent = _tier(b, topic, 1500)
     local = "readdown-local"
     cf_create_topic(b.bootstrap, local, 1)
-    produce(b.bootstrap, local, make_records(10))
+    local_sent = make_records(10)
+    produce(b.bootstrap, local, local_sent)
+    # Record 100 is in remote storage only; every local record is later than it.
+    assert Offsets(b.bootstrap, topic).local > 100 and local_sent[0][3] > sent[100][3]
+    searches = [(topic, sent[100][3]), (local, sent[100][3])]
+    local_answer = (0, 0, local_sent[0][3])
     consumer = Consumer(
         {
             "bootstrap.servers": b.bootstrap,
@@ -117,6 +151,9 @@ def test_remote_store_down_during_reads(tiered_env):
         code, records, hw, log_start = r[(topic, 0)]
         assert (code, records, hw, log_start) == (56, b"", 1500, 0)  # KAFKA_STORAGE_ERROR
         assert r[(local, 0)][0] == 0 and len(decode(r[(local, 0)][1])) == 10
+        # One ListOffsets by timestamp, two partitions: the remote search gets a retriable
+        # error (not the local log's answer), the local one its offset.
+        assert _list_offsets(b.bootstrap, searches) == [(56, -1, -1), local_answer]
         # A consumer reading meanwhile gets nothing, and no error it would give up on.
         consumer.assign([TopicPartition(topic, 0, 0)])
         deadline = time.monotonic() + 1.5
@@ -136,6 +173,7 @@ def test_remote_store_down_during_reads(tiered_env):
     r = fetch(b.bootstrap, [(topic, 0, 0)])
     assert r[(topic, 0)][0] == 0
     assert [x.key for x in decode(r[(topic, 0)][1])][:3] == [s[0] for s in sent[:3]]
+    assert _list_offsets(b.bootstrap, searches) == [(0, 100, sent[100][3]), local_answer]
 
 
 # --------------------------------------------------------------------------- kills
