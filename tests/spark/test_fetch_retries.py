@@ -8,6 +8,8 @@ nothing more), and checks that it gets every offset exactly once:
 * a retriable partition error (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION,
   LEADER_NOT_AVAILABLE) answers one fetch: :class:`RewritingProxy` in front of the broker
   rewrites one Fetch response with the project's codec (kio), so the broker never learns of it;
+* the connection is reset right after a fetch response, before the reader pipelines the next
+  fetch;
 * a batch larger than the fetch size: this broker, like Kafka since KIP-74, answers the first
   batch whole whatever the size, so the proxy truncates each response to the requested
   ``partition_max_bytes`` (as a broker without that rule does) and the reader must grow its
@@ -103,8 +105,9 @@ class RewritingProxy:
 
     Requests pass through untouched. Responses to Fetch v12 and Metadata v12 are decoded and
     encoded again with kio: Metadata's broker ports become the proxy's own, Fetch responses go
-    through ``rewrite``. Every request is logged in :attr:`api_keys` and every Fetch in
-    :attr:`fetches`, in the order the reader sent them.
+    through ``rewrite``. After the ``reset_after_fetch``-th Fetch response the client's
+    connection is reset (RST) and :attr:`reset` is set. Every request is logged in
+    :attr:`api_keys` and every Fetch in :attr:`fetches`, in the order the reader sent them.
     """
 
     def __init__(
@@ -112,9 +115,12 @@ class RewritingProxy:
         target: tuple[str, int],
         *,
         rewrite: FetchRewrite | None = None,
+        reset_after_fetch: int | None = None,
     ) -> None:
         self.target = target
         self.rewrite = rewrite
+        self.reset_after_fetch = reset_after_fetch
+        self.reset = threading.Event()
         self.api_keys: list[int] = []
         self.fetches: list[Fetched] = []
         self._fetch_count = 0
@@ -154,9 +160,10 @@ class RewritingProxy:
                 continue
             self._socks += [client, upstream]
             pending: dict[int, tuple[int, int, FetchRequest | None]] = {}
-            threading.Thread(target=self._up, args=(client, upstream, pending), daemon=True).start()
+            up = threading.Thread(target=self._up, args=(client, upstream, pending), daemon=True)
+            up.start()
             threading.Thread(
-                target=self._down, args=(upstream, client, pending), daemon=True
+                target=self._down, args=(upstream, client, pending, up), daemon=True
             ).start()
 
     def _up(
@@ -186,6 +193,7 @@ class RewritingProxy:
         upstream: socket.socket,
         client: socket.socket,
         pending: dict[int, tuple[int, int, FetchRequest | None]],
+        up: threading.Thread,
     ) -> None:
         while (head := _recv_exact(upstream, 4)) is not None:
             frame = _recv_exact(upstream, struct.unpack(">i", head)[0])
@@ -194,6 +202,7 @@ class RewritingProxy:
             (correlation_id,) = struct.unpack_from(">i", frame)
             with self._lock:
                 key, version, fetch = pending.pop(correlation_id)
+            reset = False
             if version == 12 and key in (_FETCH, _METADATA):
                 header, hlen = _read_response_header(frame, 0)
                 response = _READERS[key](frame, hlen)[0]
@@ -221,6 +230,7 @@ class RewritingProxy:
                                 len(part.records or b""),
                             )
                         )
+                    reset = n == self.reset_after_fetch
                 buf = io.BytesIO()
                 _write_response_header(buf, header)
                 _WRITERS[key](buf, response)
@@ -230,6 +240,15 @@ class RewritingProxy:
                 client.sendall(head + frame)
             except OSError:
                 break
+            if reset:
+                # FIN then RST (shutdown, then close without lingering): the reader can still
+                # read this response, but its next send fails at once.
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                _close(client, upstream)
+                # The kernel socket (and its RST) goes when no thread is in a call on it.
+                up.join()
+                self.reset.set()
+                return
         _close(client, upstream)
 
 
@@ -385,6 +404,22 @@ def test_non_retriable_partition_error_fails_the_read(broker: BrokerProcess, top
             rows(batches)
         assert raised.value.error_code == 29
         assert [f.error_code for f in proxy.fetches] == [0, 0, 29]
+
+
+def test_connection_reset_before_the_pipelined_fetch(broker: BrokerProcess, topic: str) -> None:
+    """The connection is reset just after a fetch response reached the reader: the response
+    is read whole, then sending the next (pipelined) fetch fails. The reader keeps what it
+    read, reconnects, and goes on."""
+    with RewritingProxy(address(broker), reset_after_fetch=2) as proxy:
+        batches = read_range(OffsetRange(topic, 0, 0, N), source_options(proxy.bootstrap, topic))
+        got = rows(iter([next(batches)]))  # fetch 1 decoded, fetch 2 in flight
+        assert 0 < len(got) <= 10
+        assert proxy.reset.wait(60), "the proxy never answered the second fetch"
+
+        got += rows(batches)
+        assert got == expected(values(N))
+        offsets = [f.offset for f in proxy.fetches]
+        assert offsets == sorted(set(offsets))  # every fetch at a new offset: nothing re-read
 
 
 def test_oversized_batch_grows_the_fetch_size(

@@ -157,7 +157,13 @@ def _read_from_broker(
             records = fetched.records
             nxt = last_next_offset(records)
             if offset < nxt < end:
-                send(nxt)  # the broker works on the next response while we decode this one
+                try:
+                    send(nxt)  # the broker works on the next response while we decode this one
+                except OSError:
+                    # The connection broke after its last response: keep that response, and
+                    # let the next turn of the loop reconnect (with its retries).
+                    client.close()
+                    conn, in_flight = None, -1
             decoder.add_aborted_transactions(fetched.aborted_transactions)
             progressed = False
             for result in decoder.decode_windows(records):
