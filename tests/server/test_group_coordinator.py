@@ -1,7 +1,11 @@
 """The classic group coordinator: rebalances, sessions, offsets, persistence, admin.
 
-Every test runs its own event loop (``@async_test``: pytest-asyncio is not used) with short
-timeouts, so real timers fire within a few hundred milliseconds.
+Every test runs its own event loop (``@async_test``: pytest-asyncio is not used) on a virtual
+clock (:class:`VirtualClockLoop`): the coordinator's timers are ``loop.call_later``/``call_at``,
+and this loop's clock only moves when every task waits for a timer, straight to the earliest
+one. Timers fire in deadline order and at their exact time however loaded the machine is, so
+the tests assert exact durations (the initial delay, a session, a rebalance timeout) instead
+of wall-clock ranges, and take no real time waiting.
 """
 
 from __future__ import annotations
@@ -9,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import time
+import selectors
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -53,14 +57,51 @@ FENCED_INSTANCE_ID = 82
 DELAY_MS = 60  # group.initial.rebalance.delay.ms in these tests
 
 
+class VirtualClockLoop(asyncio.SelectorEventLoop):
+    """An event loop whose clock stands still while anything is ready to run, and jumps to
+    the next timer when nothing is: no timer fires early or late, whatever the machine's
+    load. Sockets still work (polled without waiting); with no timer at all it blocks on
+    them as usual."""
+
+    def __init__(self) -> None:
+        self._now = 1000.0
+        loop = self
+
+        class JumpingSelector(selectors.DefaultSelector):
+            def select(self, timeout: float | None = None) -> Any:
+                if timeout is None:
+                    return super().select(None)
+                ready = super().select(0)
+                if not ready:
+                    loop._now += timeout  # idle until the next timer: it is due now
+                return ready
+
+        super().__init__(JumpingSelector())
+
+    def time(self) -> float:
+        return self._now
+
+
+def run_virtual(coro: Awaitable[None]) -> None:
+    """Run ``coro`` on a fresh :class:`VirtualClockLoop` (20 virtual seconds at most)."""
+
+    async def main() -> None:
+        await asyncio.wait_for(coro, timeout=20)
+
+    with asyncio.Runner(loop_factory=VirtualClockLoop) as runner:
+        runner.run(main())
+
+
+def now() -> float:
+    """The running loop's clock (virtual in these tests), in seconds."""
+    return asyncio.get_running_loop().time()
+
+
 def async_test(fn: Callable[[], Awaitable[None]]) -> Callable[[], None]:
-    """Run an ``async def`` test in a fresh event loop, with a hard timeout."""
+    """Run an ``async def`` test on a fresh virtual clock, with a hard timeout."""
 
     def run() -> None:
-        async def main() -> None:
-            await asyncio.wait_for(fn(), timeout=20)
-
-        asyncio.run(main())
+        run_virtual(fn())
 
     run.__name__ = fn.__name__
     run.__doc__ = fn.__doc__
@@ -184,11 +225,10 @@ async def heartbeat_until(members: list[Member], code: int, every: float = 0.01)
 async def test_single_member_join_sync_heartbeat():
     coord = await started()
     m = Member(coord, "solo")
-    t0 = time.monotonic()
+    t0 = now()
     r = await m.join()
-    elapsed = time.monotonic() - t0
     assert r.error_code == NONE
-    assert DELAY_MS / 1000 <= elapsed < 1.0  # the initial delay, no more
+    assert now() - t0 == pytest.approx(DELAY_MS / 1000)  # the initial delay, no more
     assert r.generation_id == 1
     assert r.leader_id == r.member_id
     assert r.member_id.startswith("solo-")
@@ -265,16 +305,15 @@ async def test_pending_member_holds_the_join_phase_until_it_joins():
 async def test_three_members_initial_delay_then_one_generation():
     coord = await started()
     members = [Member(coord, f"c{i}") for i in range(3)]
-    t0 = time.monotonic()
+    t0 = now()
 
     async def staggered(i: int, m: Member) -> JoinResult:
         await asyncio.sleep(0.015 * i)
         return await m.join()
 
     results = await asyncio.gather(*(staggered(i, m) for i, m in enumerate(members)))
-    elapsed = time.monotonic() - t0
-    # the delay, extended once because members kept arriving, bounded by delay + their time
-    assert DELAY_MS / 1000 <= elapsed < 1.0
+    # members arrived during the delay (at 15 and 30 ms): it is extended once, by one delay
+    assert now() - t0 == pytest.approx(2 * DELAY_MS / 1000)
     assert {r.error_code for r in results} == {NONE}
     assert {r.generation_id for r in results} == {1}
     assert len({r.leader_id for r in results}) == 1
@@ -294,19 +333,20 @@ async def test_three_members_initial_delay_then_one_generation():
 async def test_initial_delay_extension_is_bounded_by_the_rebalance_timeout():
     coord = await started(initial_rebalance_delay_ms=100)
     members = [Member(coord, f"c{i}", rebalance_ms=300) for i in range(7)]
-    t0 = time.monotonic()
+    t0 = now()
     finished: list[float] = []
 
     async def staggered(i: int, m: Member) -> JoinResult:
         await asyncio.sleep(0.04 * i)  # a new member every 40 ms, until 240 ms
         r = await m.join()
-        finished.append(time.monotonic() - t0)
+        finished.append(now() - t0)
         return r
 
     results = await asyncio.gather(*(staggered(i, m) for i, m in enumerate(members)))
     assert {r.generation_id for r in results} == {1}
     # delay steps of 100 ms while members keep coming, but never past the 300 ms timeout
-    assert 0.28 <= min(finished) < 0.6
+    # (members joined between 200 and 300 ms: one more step would end it at 400 ms)
+    assert finished == [pytest.approx(0.3)] * len(members)
     await coord.stop()
 
 
@@ -401,9 +441,9 @@ async def test_member_leaving_triggers_rebalance_and_others_rejoin():
     assert a.heartbeat() == REBALANCE_IN_PROGRESS
     assert b.heartbeat() == REBALANCE_IN_PROGRESS
     assert c.heartbeat() == UNKNOWN_MEMBER_ID
-    t0 = time.monotonic()
+    t0 = now()
     results = await join_all([a, b])
-    assert time.monotonic() - t0 < 1.0  # completes as soon as both rejoined: no timeout wait
+    assert now() - t0 == 0  # completes as soon as both rejoined: no timer had to fire
     assert {r.generation_id for r in results} == {2}
     assert sorted(mid for mid, _, _ in next(r for r in results if r.members).members) == sorted(
         [a.member_id, b.member_id]
@@ -440,9 +480,10 @@ async def test_last_member_leaving_empties_the_group():
 async def test_session_timeout_expires_a_silent_member():
     coord = await started()
     a, b, c = await stable_group(coord, 3, session_ms=150)
-    t0 = time.monotonic()
+    t0 = now()  # the sync completed: every session restarted
     await heartbeat_until([a, b], REBALANCE_IN_PROGRESS)  # c stays silent
-    assert 0.1 <= time.monotonic() - t0 < 1.0
+    # c's 150 ms session ran out; the others heard it at their next heartbeat (every 10 ms)
+    assert 0.15 - 1e-6 <= now() - t0 <= 0.16 + 1e-6
     assert c.heartbeat() == UNKNOWN_MEMBER_ID
     results = await join_all([a, b])
     assert {r.generation_id for r in results} == {2}
@@ -460,16 +501,18 @@ async def test_rebalance_timeout_removes_members_that_do_not_rejoin():
     coord = await started()
     a, b = await stable_group(coord, 2, rebalance_ms=300)
     d = Member(coord, "d", rebalance_ms=300)
+    t0 = now()
     d_join = asyncio.ensure_future(d.join())
     await asyncio.sleep(0.01)
     assert a.heartbeat() == REBALANCE_IN_PROGRESS
-    t0 = time.monotonic()
     a_join = asyncio.ensure_future(a.join())
+    joined_at: list[float] = []
+    a_join.add_done_callback(lambda _: joined_at.append(now()))
     # b heartbeats but never rejoins: the join phase ends at the rebalance timeout
     while not a_join.done():
         b.heartbeat()
         await asyncio.sleep(0.02)
-    assert 0.25 <= time.monotonic() - t0 < 1.5
+    assert joined_at == [pytest.approx(t0 + 0.3)]
     ra, rd = await asyncio.gather(a_join, d_join)
     assert ra.generation_id == rd.generation_id == 2
     assert b.heartbeat() == UNKNOWN_MEMBER_ID
@@ -1017,9 +1060,9 @@ def test_random_operations_keep_invariants_then_converge(seed, caplog):
                     return False
             return True
 
-        deadline = time.monotonic() + 5
+        deadline = now() + 5
         while not converged():
-            assert time.monotonic() < deadline, f"no convergence: {coord._groups}"
+            assert now() < deadline, f"no convergence: {coord._groups}"
             check_invariants(coord)
             await asyncio.sleep(0.01)
         stop.set()
@@ -1027,5 +1070,5 @@ def test_random_operations_keep_invariants_then_converge(seed, caplog):
         await asyncio.wait_for(asyncio.gather(*loops), timeout=5)
 
     with caplog.at_level(logging.WARNING, logger="tierlog.server.group_coordinator"):
-        asyncio.run(main())
+        run_virtual(main())
     assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
