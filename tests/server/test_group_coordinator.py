@@ -92,6 +92,10 @@ def run_virtual(coro: Awaitable[None]) -> None:
         runner.run(main())
 
 
+#: Rounding error allowed on a virtual time reached by many small sleeps.
+EPS = 1e-6
+
+
 def now() -> float:
     """The running loop's clock (virtual in these tests), in seconds."""
     return asyncio.get_running_loop().time()
@@ -210,6 +214,25 @@ async def stable_group(coord: GroupCoordinator, n: int, **kw: Any) -> list[Membe
     return members
 
 
+async def until(condition: Callable[[], bool], step: float = 0.001) -> float:
+    """Wait for a state, polling every ``step`` (5 s deadline); the time it was seen."""
+    deadline = now() + 5
+    while not condition():
+        assert now() < deadline, "the state was not reached"
+        await asyncio.sleep(step)
+    return now()
+
+
+def stored_generation(store: InMemoryOffsetStore, coord: GroupCoordinator, group: str) -> Any:
+    """The group's latest GroupMetadataValue in the store (None if none)."""
+    values = [
+        GroupMetadataValue.decode(v)
+        for k, v in store.partitions[coord.partition_for(group)]
+        if isinstance(decode_key(k), GroupMetadataKey) and v is not None
+    ]
+    return values[-1] if values else None
+
+
 async def heartbeat_until(members: list[Member], code: int, every: float = 0.01) -> None:
     """Heartbeat like a consumer until each member sees ``code``."""
     waiting = list(members)
@@ -275,8 +298,13 @@ async def test_member_id_required_flow():
 async def test_pending_member_expires_after_session_timeout():
     coord = await started()
     m = Member(coord, "cid", session_ms=50)
+    t0 = now()
     assert (await m.join(require_known=True)).error_code == MEMBER_ID_REQUIRED
-    await asyncio.sleep(0.12)
+    pending = coord._groups["g"].pending_members
+    assert m.member_id in pending
+    expired_at = await until(lambda: m.member_id not in pending)
+    # its session, seen within the 1 ms poll (EPS: rounding of the summed poll steps)
+    assert 0.05 - EPS <= expired_at - t0 <= 0.051 + EPS
     # no longer pending: its id is unknown now
     assert (await m.join(require_known=True)).error_code == UNKNOWN_MEMBER_ID
     await coord.stop()
@@ -466,13 +494,9 @@ async def test_last_member_leaving_empties_the_group():
     await coord.leave_group("g", [(a.member_id, None)])
     d = coord.describe_group("g")
     assert (d.state, d.members) == ("Empty", [])
-    await asyncio.sleep(0.01)  # the empty generation is stored in the background
-    values = [
-        GroupMetadataValue.decode(v)
-        for k, v in store.partitions[coord.partition_for("g")]
-        if isinstance(decode_key(k), GroupMetadataKey) and v is not None
-    ]
-    assert values[-1].generation == 2 and values[-1].members == ()
+    # the empty generation is stored in the background
+    await until(lambda: stored_generation(store, coord, "g").generation == 2)
+    assert stored_generation(store, coord, "g").members == ()
     await coord.stop()
 
 
@@ -483,7 +507,7 @@ async def test_session_timeout_expires_a_silent_member():
     t0 = now()  # the sync completed: every session restarted
     await heartbeat_until([a, b], REBALANCE_IN_PROGRESS)  # c stays silent
     # c's 150 ms session ran out; the others heard it at their next heartbeat (every 10 ms)
-    assert 0.15 - 1e-6 <= now() - t0 <= 0.16 + 1e-6
+    assert 0.15 - EPS <= now() - t0 <= 0.16 + EPS
     assert c.heartbeat() == UNKNOWN_MEMBER_ID
     results = await join_all([a, b])
     assert {r.generation_id for r in results} == {2}
@@ -780,10 +804,13 @@ async def test_replayed_members_expire_without_heartbeats():
     await stable_group(coord, 2, session_ms=100)
     await coord.stop()
     coord2 = await started(store)
+    t0 = now()
     assert coord2.describe_group("g").state == "Stable"
-    await asyncio.sleep(0.25)
-    assert coord2.describe_group("g").state == "Empty"
-    await asyncio.sleep(0.01)
+    emptied_at = await until(lambda: coord2.describe_group("g").state == "Empty")
+    assert 0.1 - EPS <= emptied_at - t0 <= 0.101 + EPS  # their 100 ms sessions, from the load
+    # the empty generation is stored in the background: stop only once it is
+    await until(lambda: stored_generation(store, coord2, "g").generation == 2)
+    assert stored_generation(store, coord2, "g").members == ()
     await coord2.stop()
     coord3 = await started(store)
     assert coord3.describe_group("g").state == "Empty"
