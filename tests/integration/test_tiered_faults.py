@@ -5,7 +5,8 @@ local-dir remote store and a real S3 server (SeaweedFS, ``s3``):
   recovery when it is back) and during reads and timestamp searches (a retriable error for
   that partition only, never wrong data);
 * the broker SIGKILLed in the middle of an upload and of a delete: the restart converges
-  (no dangling STARTED state, no orphan object, no data loss);
+  (no dangling STARTED state, no orphan object, no data loss); SIGKILLed in the middle of a
+  deleted topic's remote deletion: the restart resumes it (nothing of the topic left);
 * a corrupt metadata cache file (falls back to re-reading the topic), corrupt remote index
   cache files (fetched again), a remote object deleted behind the broker's back
   (``tierlog remote verify`` reports it, reads of it fail clearly).
@@ -40,6 +41,7 @@ from tests.integration.tiered_support import (
     wait_until,
 )
 from tests.integration.wire import WireClient, request_class
+from tierlog.server.tiered_storage import PENDING_DELETIONS_FILENAME, PendingDeletions
 
 
 def _tier(b, topic: str, n: int, partitions: int = 1, **configs: str) -> list:
@@ -231,6 +233,59 @@ def test_sigkill_in_the_middle_of_a_delete_converges(tiered_env):
     assert rc == 0, out
     tail = sent[cut:]
     assert_same(tail, consume(b.bootstrap, topic, len(tail), offset=0), cut)
+
+
+def test_sigkill_in_the_middle_of_a_topic_deletion_resumes_it(tiered_env):
+    env = tiered_env
+    b = env.start(faults=True)
+    topic = "killtopicdelete"
+    _tier(b, topic, 1500, partitions=2)
+    for p in (0, 1):
+        wait_until(
+            lambda p=p: {s["state"] for s in segments(b, topic, p)} == {"COPY_SEGMENT_FINISHED"},
+            what=f"{topic}-{p} copies finished",
+        )
+    (topic_id,) = {p["topic_id"] for p in remote_ls(b, topic)}
+    tiered_segments = {p: len(segments(b, topic, p)) for p in (0, 1)}
+    assert all(tiered_segments.values())
+    objects = env.store.topic_keys(topic, topic_id)
+    assert len(objects) == 2 * sum(tiered_segments.values())
+    pending_file = env.workdir / "logs" / PENDING_DELETIONS_FILENAME
+
+    def pending() -> list[str]:
+        return [d.topic for d in PendingDeletions(pending_file).entries()]
+
+    def history() -> dict[int, tuple[str | None, list[str]]]:
+        """Per partition of the deleted topic id: its delete state, every segment's state."""
+        return {
+            p["partition"]: (p["delete_state"], [s["state"] for s in p["segments"]])
+            for p in remote_ls(b, topic, all_segments=True)
+            if p["topic_id"] == topic_id
+        }
+
+    (env.faults / "hang-delete").touch()
+    admin = cf_admin(b.bootstrap)  # referenced until its futures are done
+    for f in admin.delete_topics([topic], operation_timeout=15).values():
+        f.result(15)
+    wait_until((env.faults / "hanging").exists, what="a remote deletion stuck between objects")
+    b.kill()
+    # What the dead broker left: the remote deletion pending, one segment's deletion begun.
+    assert pending() == [topic]
+    states = history()
+    assert sum(s.count("DELETE_SEGMENT_STARTED") for _, s in states.values()) == 1
+    assert "DELETE_PARTITION_FINISHED" not in {d for d, _ in states.values()}
+    assert len(env.store.topic_keys(topic, topic_id)) == len(objects) - 1  # one .indexes gone
+    (env.faults / "hang-delete").unlink()
+    (env.faults / "hanging").unlink()
+
+    b = env.start(faults=True)
+    wait_until(lambda: pending() == [], timeout=60, what="the pending deletion resumed and done")
+    assert f"resuming the remote deletion of {topic}" in _since_last_start(b)
+    assert env.store.topic_keys(topic, topic_id) == []  # nothing leaked
+    assert history() == {
+        p: ("DELETE_PARTITION_FINISHED", ["DELETE_SEGMENT_FINISHED"] * k)
+        for p, k in tiered_segments.items()
+    }
 
 
 # --------------------------------------------------------------------------- corruption
