@@ -30,9 +30,11 @@ from tests.integration.tiered_support import (
     finished,
     kp_consume,
     list_offsets,
+    local_segments,
     make_records,
     produce,
     remote_ls,
+    segments,
     tiered_topic_configs,
     wait_until,
 )
@@ -162,15 +164,32 @@ def test_delete_by_retention_time(tiered_broker, unique):
     old = make_records(1000, ts0=now - 3 * 3_600_000)
     new = make_records(500, start=1000, ts0=now)
     produce(b.bootstrap, topic, old + new)
-    off = wait_until(
-        lambda: (o := Offsets(b.bootstrap, topic)).earliest > 0 and o, what="log start moved"
+    # Copying and expiration run on their own pools, so the log start moves segment by
+    # segment. Once every rolled segment is copied, the end state is known: every segment
+    # holding only old records goes; the one holding offset 1000 stays.
+    wait_until(lambda: at_rest(b, topic, local_retention_bytes=1), what="everything tiered")
+    boundary = max(
+        base
+        for base in [s["start_offset"] for s in segments(b, topic, all_segments=True)]
+        + [local_segments(b, topic)[-1][0]]
+        if base <= 1000
     )
-    # Every segment holding only old records goes; the one holding offset 1000 stays.
-    assert 1000 - 400 < off.earliest <= 1000
-    wait_until(lambda: all_gone(b, topic, off.earliest), what="remote objects deleted")
-    assert min(s["start_offset"] for s in finished(b, topic)) == off.earliest
+    assert 1000 - 400 < boundary <= 1000
+
+    def expired() -> Offsets | bool:
+        off = Offsets(b.bootstrap, topic)
+        kept = [s["start_offset"] for s in finished(b, topic)]
+        return (
+            off.earliest == boundary
+            and min(kept, default=boundary) == boundary
+            and all_gone(b, topic, boundary)
+            and off
+        )
+
+    off = wait_until(expired, what="the old segments expired, their remote objects deleted")
     sent = (old + new)[off.earliest :]
     assert_same(sent, consume(b.bootstrap, topic, len(sent), offset=off.earliest), off.earliest)
+    assert expired()  # and the segment holding offset 1000 stayed
 
 
 def test_delete_by_retention_size(tiered_broker, unique):
