@@ -83,15 +83,15 @@ def test_pipelined_requests_are_answered_in_order(broker, unique):
     cf_produce(broker.bootstrap, topic, [(None, b"x")])
     c = WireClient(broker.bootstrap)
     try:
+        t0 = time.monotonic()  # the broker reads the fetch after this
         cids = [c.send(_fetch(topic, 1, 700))]  # at the end: waits 700 ms
         cids += [c.send(_api_versions()) for _ in range(5)]
         cids.append(c.send(_metadata(topic)))
-        t0 = time.monotonic()
         got = []
         for key, ver in [(1, 12)] + [(18, 3)] * 5 + [(3, 12)]:
             got.append(c.recv(key, ver)[0])
         assert got == cids
-        assert time.monotonic() - t0 >= 0.5  # the fetch really waited
+        assert time.monotonic() - t0 >= 0.7  # the fetch really waited its max wait
     finally:
         c.close()
 
