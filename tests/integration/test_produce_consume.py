@@ -8,6 +8,7 @@ tested with none and gzip, and its snappy/lz4/zstd batches are covered by the ot
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -233,26 +234,52 @@ def test_aiokafka_consumer_group(broker, unique):
 
 
 def test_long_poll_wakes_on_append(broker, unique):
-    """A consumer waiting in Fetch (fetch.wait.max.ms 5 s) gets a record well before that."""
+    """A consumer parked in Fetch (fetch.wait.max.ms 20 s) gets a record appended meanwhile
+    long before that."""
     topic = f"lp-{unique}"
     cf_produce(broker.bootstrap, topic, [(None, b"first")])
     from confluent_kafka import Consumer, TopicPartition
 
+    max_wait_s = 20
+    snapshots: list[dict] = []
     c = Consumer(
         {
             "bootstrap.servers": broker.bootstrap,
             "group.id": "unused",
-            "fetch.wait.max.ms": 5000,
+            "fetch.wait.max.ms": max_wait_s * 1000,
             "enable.auto.commit": False,
+            "statistics.interval.ms": 100,
+            "stats_cb": lambda s: snapshots.append(json.loads(s)),
         }
     )
-    c.assign([TopicPartition(topic, 0, 0)])
-    assert c.poll(10).value() == b"first"
-    time.sleep(0.5)  # the consumer is now parked in a long poll
-    t0 = time.monotonic()
-    cf_produce(broker.bootstrap, topic, [(None, b"second")], linger_ms=0)
-    m = c.poll(10)
-    elapsed = time.monotonic() - t0
-    c.close()
+    try:
+        t0 = time.monotonic()  # every Fetch of this consumer is sent after this
+        c.assign([TopicPartition(topic, 0, 0)])
+        assert c.poll(10).value() == b"first"
+        # Parked: the consumer fetches from offset 1 and has a request open at the broker
+        # (the Fetch is the only request it keeps open; librdkafka counts a request awaiting
+        # its response once it is written to the socket).
+        deadline = time.monotonic() + 30
+        while not any(_fetch_parked(s, topic) for s in snapshots):
+            assert time.monotonic() < deadline, "the consumer's next Fetch was never sent"
+            assert c.poll(0.05) is None
+        # The producer's connection, ApiVersions and Metadata are round trips through the
+        # broker's event loop, after the Fetch reached its socket: the Fetch is parked when
+        # the Produce comes.
+        cf_produce(broker.bootstrap, topic, [(None, b"second")], linger_ms=0)
+        m = c.poll(max_wait_s + 10)
+        elapsed = time.monotonic() - t0
+    finally:
+        c.close()
     assert m is not None and m.value() == b"second"
-    assert elapsed < 2.0, f"long poll did not wake on append ({elapsed:.2f}s)"
+    # not woken, the parked Fetch would be answered (empty) at its max wait after it was sent
+    # (after t0), and only the next one would bring "second"
+    assert elapsed < max_wait_s, f"long poll did not wake on append ({elapsed:.2f}s)"
+
+
+def _fetch_parked(stats: dict, topic: str) -> bool:
+    """A librdkafka statistics snapshot: partition 0 is fetched from offset 1 and broker 0
+    has a request awaiting its response."""
+    partition = stats["topics"].get(topic, {}).get("partitions", {}).get("0", {})
+    brokers = [b for b in stats["brokers"].values() if b["nodeid"] == 0]
+    return partition.get("next_offset") == 1 and any(b["waitresp_cnt"] >= 1 for b in brokers)
