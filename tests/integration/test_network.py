@@ -5,6 +5,7 @@ connection, backpressure."""
 from __future__ import annotations
 
 import datetime
+import select
 import socket
 import struct
 import threading
@@ -99,20 +100,31 @@ def test_pipelined_requests_are_answered_in_order(broker, unique):
 def test_a_long_poll_does_not_block_other_connections(broker, unique):
     topic = f"noblock-{unique}"
     cf_produce(broker.bootstrap, topic, [(None, b"x")])
-    slow = WireClient(broker.bootstrap)
+    max_wait_s = 20
+    slow = WireClient(broker.bootstrap, timeout=max_wait_s + 30)
     fast = WireClient(broker.bootstrap)
     try:
-        slow.send(_fetch(topic, 1, 3000))
-        t0 = time.monotonic()
+        t0 = time.monotonic()  # the broker reads the fetch after this
+        # ApiVersions and the long-polling Fetch in one write: with ApiVersions answered, the
+        # broker has read the Fetch behind it and parked it (the fast round trips below
+        # would make sure of it anyway: each one is a later pass of the broker's event loop)
+        slow.sock.sendall(
+            encode(_api_versions(), 1) + encode(_fetch(topic, 1, max_wait_s * 1000), 2)
+        )
+        assert slow.recv(18, 3)[0] == 1
         for _ in range(20):
             fast.call(_metadata(topic))
-        assert time.monotonic() - t0 < 1.5
+        # all served while the fetch is still parked: its answer has not come
+        assert not select.select([slow.sock], [], [], 0)[0]
         # an append wakes the parked fetch early
         cf_produce(broker.bootstrap, topic, [(None, b"y")], linger_ms=0)
-        _, resp = slow.recv(1, 12)
-        assert time.monotonic() - t0 < 2.5
+        cid, resp = slow.recv(1, 12)
+        elapsed = time.monotonic() - t0
+        assert cid == 2
         part = resp.responses[0].partitions[0]
         assert part.error_code == 0 and part.high_watermark == 2 and part.records
+        # not woken, the fetch would have been answered at its max wait, 20 s after t0
+        assert elapsed < max_wait_s
     finally:
         slow.close()
         fast.close()
