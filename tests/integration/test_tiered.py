@@ -127,25 +127,38 @@ def test_enable_remote_storage_on_an_existing_topic(tiered_broker, unique):
 def test_copy_disable_stops_copying_and_reads_still_work(tiered_broker, unique):
     b = tiered_broker
     topic = f"copydis-{unique}"
-    cf_create_topic(b.bootstrap, topic, 1, **tiered_topic_configs(local_retention_bytes="1"))
+    control = f"copyon-{unique}"  # the same configs, copying on
+    for t in (topic, control):
+        cf_create_topic(b.bootstrap, t, 1, **tiered_topic_configs(local_retention_bytes="1"))
     first = make_records(1000)
     produce(b.bootstrap, topic, first)
-    wait_until(lambda: Offsets(b.bootstrap, topic).local > 800, what="tiered")
+    # Disable once every rolled segment is copied: no copy run is left with work in flight.
+    before = wait_until(
+        lambda: at_rest(b, topic, local_retention_bytes=1), what="the first batch tiered"
+    )
+    copied = finished(b, topic)
+    assert copied and copied[-1]["end_offset"] == before.tiered
     _alter(b.bootstrap, topic, remote_log_copy_disable="true")
-    time.sleep(0.5)  # a copy run in flight finishes
-    copied = len(finished(b, topic))
-    tiered = Offsets(b.bootstrap, topic).tiered
     second = make_records(1000, start=1000)
     produce(b.bootstrap, topic, second)
-    time.sleep(2.0)  # ten task intervals
+    assert len(local_segments(b, topic)) > 1  # rolled segments copying would take
+    # The copy tasks keep running meanwhile: three times over, records produced to the
+    # control topic after the second batch are copied in full (each round needs a copy run
+    # that starts after its records, so at least two task intervals pass).
+    for r in range(3):
+        produce(b.bootstrap, control, make_records(300, start=300 * r))
+        wait_until(
+            lambda: at_rest(b, control, local_retention_bytes=1), what="the control topic tiered"
+        )
+    # Nothing new tiered, nothing new deleted locally.
+    assert finished(b, topic) == copied
     off = Offsets(b.bootstrap, topic)
-    assert len(finished(b, topic)) == copied
-    assert off.tiered == tiered
-    assert off.local <= tiered + 1  # nothing new tiered, nothing new deleted locally
+    assert off.as_tuple() == (0, before.local, before.tiered, 2000)
     assert_same(first + second, consume(b.bootstrap, topic, 2000))
     # Copying again once re-enabled.
     _alter(b.bootstrap, topic, remote_log_copy_disable="false")
-    wait_until(lambda: Offsets(b.bootstrap, topic).tiered > 1500, what="copying resumed")
+    off = wait_until(lambda: at_rest(b, topic, local_retention_bytes=1), what="copying resumed")
+    assert off.tiered > 1500 and off.earliest == 0
 
 
 # --------------------------------------------------------------------------- deletion
