@@ -5,9 +5,11 @@ connection, backpressure."""
 from __future__ import annotations
 
 import datetime
+import fcntl
 import select
 import socket
 import struct
+import termios
 import threading
 import time
 
@@ -194,8 +196,18 @@ def test_backpressure_a_client_that_does_not_read(broker, unique):
     payload = b"".join(encode(_fetch(topic, 0, 0), i + 1) for i in range(n))
     sender = threading.Thread(target=c.sock.sendall, args=(payload,), daemon=True)
     sender.start()
-    time.sleep(1.0)
-    _assert_serves(broker)  # others are served while this one is stuck
+    # Others are served while this client, which reads nothing, gets answers it cannot take
+    # (600 answers of ~1 MB do not fit in the socket buffers and the broker's 8 MiB write
+    # buffer): check it until the answers have come and stopped coming, i.e. none arrived
+    # during a whole round trip of somebody else (this connection is stuck).
+    deadline = time.monotonic() + 60
+    unread = -1
+    while True:
+        _assert_serves(broker)
+        before, unread = unread, _unread_bytes(c.sock)
+        if unread > 0 and unread == before:
+            break
+        assert time.monotonic() < deadline, f"the answers never stopped coming ({unread} B)"
     try:
         for i in range(n):
             (size,) = struct.unpack(">i", recv_exact(c.sock, 4))
@@ -205,3 +217,8 @@ def test_backpressure_a_client_that_does_not_read(broker, unique):
         assert not sender.is_alive()
     finally:
         c.close()
+
+
+def _unread_bytes(sock: socket.socket) -> int:
+    """Bytes received on ``sock`` and not read yet (FIONREAD)."""
+    return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0" * 4))[0]
