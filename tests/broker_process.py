@@ -179,10 +179,12 @@ class BrokerProcess:
         return self.log_path.read_text(errors="replace")
 
     def log_since_start(self) -> str:
-        """The log written since the latest start."""
+        """The log written since the latest start (each start writes a "===== start #N ====="
+        line first): what this run of the broker said, not an earlier one."""
         text = self.log_text()
         marker = f"===== start #{self.starts} ====="
-        return text[text.rindex(marker) :] if marker in text else text
+        assert marker in text, f"no {marker!r} in the broker log"
+        return text[text.rindex(marker) :]
 
 
 @contextlib.contextmanager

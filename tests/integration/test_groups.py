@@ -25,15 +25,6 @@ def _consumer(bootstrap: str, group: str, **conf) -> Consumer:
     return Consumer(base)
 
 
-def _since_start(b) -> str:
-    """The broker log written since its latest start (the fixture marks each start with a
-    "===== start #N =====" line): what this run of the broker said, not an earlier one."""
-    text = b.log_text()
-    marker = f"===== start #{b.starts} ====="
-    assert marker in text, f"no {marker!r} in the broker log"
-    return text[text.rindex(marker) :]
-
-
 def _pump(consumers: list[Consumer], seen: list[bytes], seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -137,7 +128,7 @@ def test_committed_offsets_survive_restarts(fresh_broker):
     admin.close()
 
     assert b.stop() == 0  # SIGTERM: clean shutdown
-    assert "stopped cleanly" in _since_start(b)
+    assert "stopped cleanly" in b.log_since_start()
     b.start()
     assert _committed(b.bootstrap, group, topic, 2) == [70, 20]
     admin = kp_admin(b.bootstrap)
@@ -164,14 +155,14 @@ def test_sigint_is_a_clean_shutdown_too(fresh_broker):
     b = fresh_broker
     cf_produce(b.bootstrap, "ctrl-c", [(None, b"x")] * 10)
     assert b.stop(signal.SIGINT) == 0
-    assert "stopped cleanly" in _since_start(b)
+    assert "stopped cleanly" in b.log_since_start()
     assert (b.log_dir / ".kafka_cleanshutdown").exists()
     partitions = [d for d in b.log_dir.iterdir() if d.is_dir()]
     assert any(d.name == "ctrl-c-0" for d in partitions)
     b.start()
     # this start loaded every partition (the first start's line does not count), and took
     # the clean shutdown marker
-    loaded = re.findall(r"loaded (\d+) logs from", _since_start(b))
+    loaded = re.findall(r"loaded (\d+) logs from", b.log_since_start())
     assert loaded == [str(len(partitions))]
     assert not (b.log_dir / ".kafka_cleanshutdown").exists()
 
