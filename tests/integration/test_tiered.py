@@ -79,13 +79,21 @@ def test_offload_and_consume_from_a_topic_90_percent_remote(tiered_broker, uniqu
     # Every record byte-identical (key, value, headers, timestamp), through two clients.
     assert_same(sent, consume(b.bootstrap, topic, len(sent)))
     assert_same_kp(sent, kp_consume(b.bootstrap, topic, len(sent)))
-    # Kafka's metric names on the Prometheus endpoint (metrics.port).
-    with urllib.request.urlopen(f"http://127.0.0.1:{b.metrics_port}/metrics", timeout=10) as r:
-        text = r.read().decode()
+    # Kafka's metric names on the Prometheus endpoint (metrics.port). The copy counter grows
+    # just after a segment is published FINISHED: wait for it (it only ever grows).
     labels = f'{{partition="0",topic="{topic}"}}'
-    copied = float(text.split(f"RemoteCopyBytesPerSec_total{labels} ", 1)[1].split()[0])
-    fetched = float(text.split(f"RemoteFetchBytesPerSec_total{labels} ", 1)[1].split()[0])
-    assert copied >= sum(s["size"] for s in segs) and fetched > 0
+
+    def counter(name: str) -> float:
+        url = f"http://127.0.0.1:{b.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            text = r.read().decode()
+        return float(text.split(f"{name}_total{labels} ", 1)[1].split()[0])
+
+    wait_until(
+        lambda: counter("RemoteCopyBytesPerSec") >= sum(s["size"] for s in segs),
+        what="the copied-bytes counter covering every finished segment",
+    )
+    assert counter("RemoteFetchBytesPerSec") > 0
 
 
 def test_roll_and_offload_the_active_segment_on_local_retention_breach(tiered_broker, unique):
