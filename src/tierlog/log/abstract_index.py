@@ -10,26 +10,37 @@ check and is rebuilt.
 
 The search is a pure function over a buffer (:func:`largest_lower_bound_slot`,
 :func:`smallest_upper_bound_slot`) so it can be tested without files; the class owns the mmap.
+
+The mapping is lazy (Kafka's ``LazyIndex``): made on the first lookup or append, and one entry
+of the broker's bounded :class:`~tierlog.log.file_handle_cache.FileHandleCache` (CPython's
+mmap holds a descriptor), which unmaps an idle index when the broker holds more segment files
+than ``log.max.open.files``; the next use maps it again. Dirty pages of an unmapped index stay
+in the page cache, and :meth:`AbstractIndex.flush` then fsyncs the file instead of msync.
 """
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import struct
 import threading
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
 from tierlog.errors import IndexOffsetOverflowError
+from tierlog.log.file_handle_cache import CachedHandle, FileHandleCache, file_handle_cache
 
 #: Anything :meth:`struct.Struct.unpack_from` can read an index from.
 IndexBuffer = bytes | bytearray | memoryview | mmap.mmap
 _UnpackFrom = Callable[[IndexBuffer, int], tuple[Any, ...]]
 
 INT32_MAX = 2**31 - 1
+#: Disk space given to an index ahead of its appends (8,192 offset-index entries).
+_ALLOCATE_AHEAD = 64 * 1024
 _INT32 = struct.Struct(">i")
 
 # Kafka's AbstractIndex reasoning, restated:
@@ -159,6 +170,42 @@ def round_down_to_exact_multiple(number: int, factor: int) -> int:
     return factor * (max(0, number) // factor)
 
 
+class _MapHandle(CachedHandle):
+    """The mapping of one index file; ``lock`` is the index's remap lock, held by every use of
+    the mapping."""
+
+    __slots__ = ("dirty", "evicted_dirty", "lock", "mmap")
+
+    def __init__(self) -> None:
+        self.mmap: mmap.mmap | None = None
+        self.lock = threading.Lock()
+        self.dirty = False  # written since the last flush
+        self.evicted_dirty = False  # unmapped while dirty: flush() fsyncs the file
+
+    def try_release(self) -> bool:
+        if not self.lock.acquire(blocking=False):
+            return False
+        try:
+            self.unmap()
+            return True
+        finally:
+            self.lock.release()
+
+    def unmap(self) -> None:
+        m, self.mmap = self.mmap, None
+        if m is not None:
+            m.close()
+            if self.dirty:
+                self.evicted_dirty = True
+                self.dirty = False
+
+
+def _forget_handle(handle: _MapHandle, cache: FileHandleCache) -> None:
+    cache.closed(handle)
+    with handle.lock:
+        handle.unmap()
+
+
 class AbstractIndex(ABC):
     """A memory-mapped index file of fixed-size entries (Kafka's ``AbstractIndex``).
 
@@ -191,10 +238,13 @@ class AbstractIndex(ABC):
         self._writable = writable
         # Serialises mutations (Kafka's `lock`).
         self._lock = threading.RLock()
-        # Excludes lookups while the mapping is replaced (Kafka's `remapLock`).
-        self._remap_lock = threading.Lock()
-        self._mmap: mmap.mmap | None = None
+        # Held by every use of the mapping (Kafka's `remapLock`): lookups, appends, remaps.
+        self._handle = _MapHandle()
+        self._remap_lock = self._handle.lock
+        self._cache = file_handle_cache()
         self._closed = False
+        # An index dropped without close() gives its mapping back (cache entry included).
+        weakref.finalize(self, _forget_handle, self._handle, self._cache)
 
         entry_size = self.ENTRY_SIZE
         newly_created = False
@@ -215,41 +265,87 @@ class AbstractIndex(ABC):
                     raise ValueError(f"invalid max index size {max_index_size} for {self._path}")
                 os.ftruncate(fd, round_down_to_exact_multiple(max_index_size, entry_size))
             length = os.fstat(fd).st_size
-            self._map(fd, length)
         finally:
             if fd >= 0:
                 os.close(fd)
         self._file_length = length
+        # Bytes known to have disk blocks: the valid entries (a new file's tail is a hole).
+        self._allocated = 0 if newly_created else length
         self._max_entries = length // entry_size
         # A pre-existing index is assumed full of valid entries (it was trimmed on close).
         self._entries = 0 if newly_created else length // entry_size
 
     # ------------------------------------------------------------------ mapping
 
-    def _map(self, fd: int, length: int) -> None:
-        """Map ``length`` bytes of ``fd`` (no mapping for an empty file: mmap rejects it)."""
-        if length == 0:
-            self._mmap = None
-        else:
-            access = mmap.ACCESS_WRITE if self._writable else mmap.ACCESS_READ
-            self._mmap = mmap.mmap(fd, length, access=access)
+    def _mapping(self) -> mmap.mmap | None:
+        """The mapping, made now if the index has none (no mapping for an empty file: mmap
+        rejects it); call with ``_remap_lock`` held.
 
-    def _unmap(self) -> None:
-        if self._mmap is not None:
-            self._mmap.close()
-            self._mmap = None
+        Raises:
+            OSError: the file could not be opened or mapped (EMFILE, ENOMEM, ...).
+        """
+        h = self._handle
+        m = h.mmap
+        if m is not None:
+            self._cache.touched(h)
+            return m
+        if self._file_length == 0:
+            return None
+        flags = os.O_RDWR if self._writable else os.O_RDONLY
+        fd = os.open(self._path, flags | getattr(os, "O_CLOEXEC", 0))
+        try:
+            access = mmap.ACCESS_WRITE if self._writable else mmap.ACCESS_READ
+            m = h.mmap = mmap.mmap(fd, self._file_length, access=access)
+        finally:
+            os.close(fd)
+        self._cache.opened(h)
+        return m
 
     def _buffer(self) -> IndexBuffer:
-        """The mapped bytes; call with ``_remap_lock`` or ``_lock`` held."""
+        """The mapped bytes; call with ``_remap_lock`` held."""
         if self._closed:
             raise ValueError(f"index {self._path} is closed")
-        return self._mmap if self._mmap is not None else b""
+        m = self._mapping()
+        return m if m is not None else b""
 
-    def _write_buffer(self) -> mmap.mmap:
-        """The writable mapping; call with ``_lock`` held and a free slot checked."""
-        if self._closed or self._mmap is None or not self._writable:
+    def _write_buffer(self, slot: int) -> mmap.mmap:
+        """The writable mapping, with disk space allocated for entry ``slot``; call with
+        ``_lock`` and ``_remap_lock`` held and a free slot checked.
+
+        Raises:
+            OSError: no space for the entry (ENOSPC): raised here, before the write.
+        """
+        m = None if self._closed or not self._writable else self._mapping()
+        if m is None:
             raise ValueError(f"index {self._path} is closed, empty or read-only")
-        return self._mmap
+        end = (slot + 1) * self.ENTRY_SIZE
+        if end > self._allocated:
+            self._allocate(end)
+        self._handle.dirty = True
+        return m
+
+    def _allocate(self, end: int) -> None:
+        """Give the file real blocks up to ``end`` (and a little more) before the mapping is
+        written there.
+
+        A preallocated index is sparse (Kafka's ``setLength``); a store through the mapping
+        into a hole on a full disk raises SIGBUS and kills the broker. Allocating ahead with
+        ``posix_fallocate`` turns that into an ``OSError(ENOSPC)`` for one append; it runs once
+        per :data:`_ALLOCATE_AHEAD` bytes of entries.
+        """
+        target = min(self._file_length, max(end, self._allocated + _ALLOCATE_AHEAD))
+        fd = os.open(self._path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+        try:
+            try:
+                os.posix_fallocate(fd, self._allocated, target - self._allocated)
+            except OSError as e:
+                if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                    raise
+                # No fallocate here (some filesystems): write the zeros instead.
+                os.pwrite(fd, bytes(target - self._allocated), self._allocated)
+        finally:
+            os.close(fd)
+        self._allocated = target
 
     # ------------------------------------------------------------------ accessors
 
@@ -349,23 +445,24 @@ class AbstractIndex(ABC):
         """Remove every entry with an offset >= ``offset``; the entry's relative offset is an
         int32 at ``relative_offset_at`` (offsets never decrease from entry to entry)."""
         with self._lock:
-            buf = self._buffer()
-            relative_target = offset - self._base_offset
-            entry_size = self.ENTRY_SIZE
-            slot = largest_lower_bound_slot(
-                buf, self._entries, relative_target, entry_size, relative_offset_at, _INT32
-            )
-            # 1) no entry <= offset: remove everything;
-            # 2) an entry for exactly this offset: remove it and everything after;
-            # 3) otherwise keep the entry below the offset and remove everything after it.
-            if slot < 0:
-                new_entries = 0
-            elif _INT32.unpack_from(buf, slot * entry_size + relative_offset_at)[0] == (
-                relative_target
-            ):
-                new_entries = slot
-            else:
-                new_entries = slot + 1
+            with self._remap_lock:
+                buf = self._buffer()
+                relative_target = offset - self._base_offset
+                entry_size = self.ENTRY_SIZE
+                slot = largest_lower_bound_slot(
+                    buf, self._entries, relative_target, entry_size, relative_offset_at, _INT32
+                )
+                # 1) no entry <= offset: remove everything;
+                # 2) an entry for exactly this offset: remove it and everything after;
+                # 3) otherwise keep the entry below the offset and remove everything after it.
+                if slot < 0:
+                    new_entries = 0
+                elif _INT32.unpack_from(buf, slot * entry_size + relative_offset_at)[0] == (
+                    relative_target
+                ):
+                    new_entries = slot
+                else:
+                    new_entries = slot + 1
             self._truncate_to_entries(new_entries)
 
     def _truncate_to_entries(self, entries: int) -> None:
@@ -392,12 +489,12 @@ class AbstractIndex(ABC):
             if self._closed or self._file_length == rounded:
                 return False
             with self._remap_lock:
-                self._unmap()
+                self._handle.unmap()
                 fd = os.open(self._path, os.O_RDWR)
                 try:
                     os.ftruncate(fd, rounded)
                     self._file_length = rounded
-                    self._map(fd, rounded)
+                    self._allocated = min(self._allocated, rounded, self._entries * self.ENTRY_SIZE)
                 finally:
                     os.close(fd)
                 self._max_entries = rounded // self.ENTRY_SIZE
@@ -418,10 +515,22 @@ class AbstractIndex(ABC):
             self.resize(self._max_index_size)
 
     def flush(self) -> None:
-        """Write dirty pages of the mapping to disk (msync)."""
-        with self._lock:
-            if self._mmap is not None and self._writable:
-                self._mmap.flush()
+        """Write dirty pages of the mapping to disk (msync; fsync when the cache unmapped the
+        index since it was written)."""
+        with self._lock, self._remap_lock:
+            h = self._handle
+            if not self._writable or self._closed:
+                return
+            if h.mmap is not None and h.dirty:
+                h.mmap.flush()
+                h.dirty = False
+            if h.evicted_dirty:
+                fd = os.open(self._path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                h.evicted_dirty = False
 
     def close(self) -> None:
         """Trim the file to its valid entries (writable indexes) and release the mapping."""
@@ -433,8 +542,9 @@ class AbstractIndex(ABC):
     def close_handler(self) -> None:
         """Release the mapping without touching the file. Idempotent."""
         with self._lock, self._remap_lock:
-            self._unmap()
+            self._handle.unmap()
             self._closed = True
+        self._cache.closed(self._handle)
 
     def delete_if_exists(self) -> bool:
         """Release the mapping and delete the file; False when it did not exist."""

@@ -8,22 +8,32 @@ file header, no padding. A preallocated file (``preallocate=true``) is zero-fill
 The file is accessed through a raw file descriptor with positional I/O (``os.pwrite``,
 ``os.pread``, ``os.preadv``), so concurrent readers never share a file position.
 
+The descriptor is one entry of the broker's bounded
+:class:`~tierlog.log.file_handle_cache.FileHandleCache`: when the broker holds more segment
+files than ``log.max.open.files``, an idle one is closed and reopened (from its current path)
+by its next read or write. Every use counts itself in the handle's ``users`` so a descriptor is
+never closed under a reader.
+
 Deletion while reading (the copy-on-write segment list of the seed): a segment removed from
-the log is unlinked at once, but its descriptor stays open for as long as any reader still
-references this object -- POSIX keeps an unlinked file readable through open descriptors.
-A ``weakref.finalize`` closes the descriptor when the last reference goes away. Only an
-explicit :meth:`FileRecords.close` (log shutdown) closes it early.
+the log is unlinked at once, but its descriptor is opened if needed, taken out of the cache and
+stays open for as long as any reader still references this object -- POSIX keeps an unlinked
+file readable through open descriptors. A ``weakref.finalize`` closes the descriptor when the
+last reference goes away. Only an explicit :meth:`FileRecords.close` (log shutdown) closes it
+early.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
+import threading
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
+from tierlog.log.file_handle_cache import CachedHandle, FileHandleCache, file_handle_cache
 from tierlog.records.record_batch import (
     HEADER_STRUCT,
     LOG_OVERHEAD,
@@ -42,6 +52,7 @@ SCAN_BUFFER_SIZE = 8192
 # the three fields an offset search needs, in one unpack.
 _OFFSET_SEARCH = struct.Struct(">qi11xi")
 _OPEN_FLAGS = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+_REOPEN_FLAGS = os.O_RDWR | getattr(os, "O_CLOEXEC", 0)
 
 
 class LogOffsetPosition(NamedTuple):
@@ -62,11 +73,41 @@ class TimestampAndOffset(NamedTuple):
 _new_tuple = tuple.__new__
 
 
-def _close_fd(fd: int) -> None:
-    try:
-        os.close(fd)
-    except OSError:
-        pass
+class _FdHandle(CachedHandle):
+    """The descriptor of one ``.log`` file (-1 while closed by the cache)."""
+
+    __slots__ = ("fd", "lock", "pinned", "users")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.users = 0  # reads and writes in flight
+        self.pinned = False  # unlinked: never closed before the owner goes away
+        self.lock = threading.Lock()
+
+    def try_release(self) -> bool:
+        if not self.lock.acquire(blocking=False):
+            return False
+        try:
+            if self.users or self.pinned:
+                return False
+            self._close()
+            return True
+        finally:
+            self.lock.release()
+
+    def _close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _close_handle(handle: _FdHandle, cache: FileHandleCache) -> None:
+    cache.closed(handle)
+    with handle.lock:
+        handle._close()
 
 
 class FileRecords:
@@ -105,10 +146,40 @@ class FileRecords:
         except BaseException:
             os.close(fd)
             raise
-        self._fd = fd
         self._size = size
         self._closed = False
-        self._finalizer = weakref.finalize(self, _close_fd, fd)
+        self._cache = file_handle_cache()
+        handle = self._handle = _FdHandle(fd)
+        with handle.lock:
+            self._cache.opened(handle)
+        self._finalizer = weakref.finalize(self, _close_handle, handle, self._cache)
+
+    # ------------------------------------------------------------------ the descriptor
+
+    def _acquire(self) -> int:
+        """The open descriptor, reopened when the cache closed it; counts a user until
+        :meth:`_release`.
+
+        Raises:
+            OSError: closed (EBADF), or the reopen failed (EMFILE, a missing file, ...).
+        """
+        h = self._handle
+        with h.lock:
+            if self._closed:
+                raise OSError(errno.EBADF, f"{self._path} is closed")
+            fd = h.fd
+            if fd < 0:
+                fd = h.fd = os.open(self._path, _REOPEN_FLAGS)
+                self._cache.opened(h)
+            else:
+                self._cache.touched(h)
+            h.users += 1
+        return fd
+
+    def _release(self) -> None:
+        h = self._handle
+        with h.lock:
+            h.users -= 1
 
     # ------------------------------------------------------------------ accessors
 
@@ -123,8 +194,8 @@ class FileRecords:
 
     @property
     def fd(self) -> int:
-        """The descriptor (valid while this object is referenced and not closed)."""
-        return self._fd
+        """The descriptor now, -1 while the cache has it closed (for tests and tools)."""
+        return self._handle.fd
 
     @property
     def closed(self) -> bool:
@@ -136,7 +207,11 @@ class FileRecords:
 
     def file_length(self) -> int:
         """The length of the file on disk, preallocated tail included."""
-        return os.fstat(self._fd).st_size
+        fd = self._acquire()
+        try:
+            return os.fstat(fd).st_size
+        finally:
+            self._release()
 
     def __len__(self) -> int:
         return self._size
@@ -159,20 +234,27 @@ class FileRecords:
         n = (data.nbytes if isinstance(data, memoryview) else len(data)) + len(prefix)
         if n == 0:
             return 0
-        fd = self._fd
-        pos = self._size
-        written = os.pwritev(fd, (prefix, data), pos) if prefix else os.pwrite(fd, data, pos)
-        if written < n:
-            # A short write (rare for regular files): finish from a joined copy.
-            with memoryview(prefix + data if prefix else data) as view:
-                while written < n:
-                    written += os.pwrite(fd, view[written:], pos + written)
+        fd = self._acquire()
+        try:
+            pos = self._size
+            written = os.pwritev(fd, (prefix, data), pos) if prefix else os.pwrite(fd, data, pos)
+            if written < n:
+                # A short write (rare for regular files): finish from a joined copy.
+                with memoryview(prefix + data if prefix else data) as view:
+                    while written < n:
+                        written += os.pwrite(fd, view[written:], pos + written)
+        finally:
+            self._release()
         self._size = pos + n
         return n
 
     def flush(self) -> None:
         """fsync the file (Kafka's ``channel.force(true)``)."""
-        os.fsync(self._fd)
+        fd = self._acquire()
+        try:
+            os.fsync(fd)
+        finally:
+            self._release()
 
     def truncate_to(self, target_size: int) -> int:
         """Cut the file to ``target_size`` bytes; returns the number of record bytes removed.
@@ -189,8 +271,12 @@ class FileRecords:
                 f"attempt to truncate {self._path} to {target_size} bytes failed: "
                 f"size of this file is {original} bytes"
             )
-        if target_size < self.file_length():
-            os.ftruncate(self._fd, target_size)
+        fd = self._acquire()
+        try:
+            if target_size < os.fstat(fd).st_size:
+                os.ftruncate(fd, target_size)
+        finally:
+            self._release()
         self._size = target_size
         return original - target_size
 
@@ -222,10 +308,12 @@ class FileRecords:
             OSError: the rename failed (the object then refers to ``path`` anyway, as Kafka's).
         """
         path = Path(path)
-        try:
+        self._acquire()  # open across the rename: a concurrent reader never reopens a
+        try:  # path that is no longer there
             self._path.replace(path)
         finally:
             self._path = path
+            self._release()
 
     def update_parent_dir(self, parent_dir: Path) -> None:
         """Point at the same file name in ``parent_dir`` (after the directory was renamed)."""
@@ -234,9 +322,20 @@ class FileRecords:
     def delete_if_exists(self) -> bool:
         """Unlink the file; False when it did not exist.
 
-        The descriptor is *not* closed: readers holding this object keep reading the
-        unlinked file; the finalizer closes it once they are done.
+        The descriptor is *not* closed: it is opened if the cache had closed it and taken out
+        of the cache, so readers holding this object keep reading the unlinked file; the
+        finalizer closes it once they are done.
         """
+        h = self._handle
+        if not self._closed:
+            try:
+                self._acquire()
+            except FileNotFoundError:
+                return False
+            with h.lock:
+                h.pinned = True
+                h.users -= 1
+            self._cache.closed(h)
         try:
             self._path.unlink()
         except FileNotFoundError:
@@ -250,7 +349,11 @@ class FileRecords:
         end = min(position + size, self._size)
         if end <= position:
             return b""
-        return os.pread(self._fd, end - position, position)
+        fd = self._acquire()
+        try:
+            return os.pread(fd, end - position, position)
+        finally:
+            self._release()
 
     def read_into(self, buffer: memoryview, position: int) -> int:
         """Fill ``buffer`` from ``position`` (bounded by the size); returns the bytes read."""
@@ -258,12 +361,16 @@ class FileRecords:
         if n <= 0:
             return 0
         view = buffer[:n] if n < buffer.nbytes else buffer
-        got = os.preadv(self._fd, [view], position)
-        while 0 < got < n:
-            more = os.preadv(self._fd, [view[got:]], position + got)
-            if more == 0:
-                break
-            got += more
+        fd = self._acquire()
+        try:
+            got = os.preadv(fd, [view], position)
+            while 0 < got < n:
+                more = os.preadv(fd, [view[got:]], position + got)
+                if more == 0:
+                    break
+                got += more
+        finally:
+            self._release()
         return got
 
     def batches_from(
@@ -278,10 +385,10 @@ class FileRecords:
         """
         limit = self._size if end is None else min(end, self._size)
         pos = start
-        fd = self._fd
         unpack = HEADER_STRUCT.unpack_from
         while limit - pos >= RECORD_BATCH_OVERHEAD:
-            chunk = os.pread(fd, min(buffer_size, limit - pos), pos)
+            # One read at a time: a consumer of this generator may pause it for long.
+            chunk = self.read(pos, min(buffer_size, limit - pos))
             available = len(chunk)
             if available < RECORD_BATCH_OVERHEAD:
                 return  # truncated under us
@@ -305,32 +412,35 @@ class FileRecords:
         """
         limit = self._size if end is None else min(end, self._size)
         pos = starting_position
-        fd = self._fd
         pread = os.pread
         unpack = _OFFSET_SEARCH.unpack_from
         overhead = RECORD_BATCH_OVERHEAD
         read_size = SCAN_BUFFER_SIZE
-        while limit - pos >= overhead:
-            chunk = pread(fd, read_size if read_size < limit - pos else limit - pos, pos)
-            available = len(chunk)
-            if available < overhead:
-                return None
-            off = 0
-            size = 0
-            while available - off >= overhead:
-                base_offset, length, last_offset_delta = unpack(chunk, off)
-                size = length + LOG_OVERHEAD
-                if length < MIN_BATCH_LENGTH or pos + off + size > limit:
+        fd = self._acquire()
+        try:
+            while limit - pos >= overhead:
+                chunk = pread(fd, read_size if read_size < limit - pos else limit - pos, pos)
+                available = len(chunk)
+                if available < overhead:
                     return None
-                last_offset = base_offset + last_offset_delta
-                if last_offset >= target_offset:
-                    # LogOffsetPosition(...) without NamedTuple's argument handling
-                    return _new_tuple(LogOffsetPosition, (last_offset, pos + off, size))
-                off += size
-            pos += off
-            # Big batches: read just the next header instead of a buffer mostly skipped.
-            read_size = SCAN_BUFFER_SIZE if size < SCAN_BUFFER_SIZE // 2 else overhead
-        return None
+                off = 0
+                size = 0
+                while available - off >= overhead:
+                    base_offset, length, last_offset_delta = unpack(chunk, off)
+                    size = length + LOG_OVERHEAD
+                    if length < MIN_BATCH_LENGTH or pos + off + size > limit:
+                        return None
+                    last_offset = base_offset + last_offset_delta
+                    if last_offset >= target_offset:
+                        # LogOffsetPosition(...) without NamedTuple's argument handling
+                        return _new_tuple(LogOffsetPosition, (last_offset, pos + off, size))
+                    off += size
+                pos += off
+                # Big batches: read just the next header instead of a buffer mostly skipped.
+                read_size = SCAN_BUFFER_SIZE if size < SCAN_BUFFER_SIZE // 2 else overhead
+            return None
+        finally:
+            self._release()
 
     def largest_timestamp_after(self, starting_position: int) -> TimestampAndOffset:
         """The largest batch maxTimestamp from ``starting_position`` on, with the last offset

@@ -17,6 +17,7 @@ Pure functions over names, plus :func:`write_atomically`. Thread-safe (no shared
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -177,3 +178,15 @@ def write_atomically(path: Path, data: bytes) -> None:
         tmp.unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+
+
+#: errnos that say a resource ran out (descriptors, space, quota, memory), not that the disk is
+#: failing: the request that met one fails, the log dir stays online.
+RESOURCE_EXHAUSTION_ERRNOS = frozenset(
+    {errno.EMFILE, errno.ENFILE, errno.ENOSPC, errno.EDQUOT, errno.ENOMEM}
+)
+
+
+def is_resource_exhaustion(e: OSError) -> bool:
+    """True for EMFILE, ENFILE, ENOSPC, EDQUOT and ENOMEM."""
+    return e.errno in RESOURCE_EXHAUSTION_ERRNOS

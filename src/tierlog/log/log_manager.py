@@ -390,10 +390,9 @@ class LogManager:
             try:
                 self._open_new_logs(info, range(num_partitions))
             except BaseException:
-                self._drop_logs(name, range(num_partitions))
                 topics = dict(self._topics)
                 del topics[name]
-                self._save_registry(topics)
+                self._roll_back(name, range(num_partitions), topics)
                 raise
             return info
 
@@ -423,8 +422,7 @@ class LogManager:
             try:
                 self._open_new_logs(new, added)
             except BaseException:
-                self._drop_logs(name, added)
-                self._save_registry({**self._topics, name: info})
+                self._roll_back(name, added, {**self._topics, name: info})
                 raise
             return new
 
@@ -712,8 +710,8 @@ class LogManager:
                 error = e
                 self._storage_error(e, path, "write")
         if written == 0:
-            assert error is not None or not self._log_dirs
-            raise KafkaStorageError(f"cannot write the topic registry in any log dir: {error}")
+            why = error if error is not None else "every log dir is offline"
+            raise KafkaStorageError(f"cannot write the topic registry in any log dir: {why}")
         self._registry_epoch = epoch
         self._topics = dict(topics)
         self._deleted_ids = frozenset(deleted)
@@ -874,6 +872,25 @@ class LogManager:
             self._logs = logs
             self._log_dir_of = dirs
 
+    def _roll_back(
+        self, topic: str, partitions: Iterable[int], topics: dict[str, TopicInfo]
+    ) -> None:
+        """Undo a create that failed part way: drop the logs it opened and write the registry
+        as it was. Each step is tried even when another fails (the failure that made the
+        create fail is the one the caller raises); what cannot be undone now is undone at the
+        next startup (a registered partition without a dir is created, a dir renamed
+        ``-delete`` is removed)."""
+        try:
+            self._drop_logs(topic, partitions)
+        except (KafkaStorageError, OSError) as e:
+            log.warning("rolling back topic %s: %s", topic, e)
+        try:
+            self._save_registry(topics)
+        except (KafkaStorageError, OSError) as e:
+            # Served as rolled back now; the next registry write (any topic change) persists it.
+            log.error("rolling back topic %s: the registry on disk still has it: %s", topic, e)
+            self._topics = dict(topics)
+
     def _drop_logs(self, topic: str, partitions: Iterable[int]) -> None:
         """Close the logs and rename their dirs for background deletion."""
         logs = dict(self._logs)
@@ -959,7 +976,14 @@ class LogManager:
                     self._storage_error(e, d, "write checkpoints in")
 
     def _storage_error(self, e: OSError, path: Path, action: str) -> KafkaStorageError:
-        """Kafka's ``maybeHandleIOException``: log, mark the log dir offline, wrap the error."""
+        """Kafka's ``maybeHandleIOException``: log, mark the log dir offline, wrap the error.
+
+        A resource that ran out (EMFILE, ENOSPC, ... :func:`lfu.is_resource_exhaustion`) fails
+        the operation only: the dir stays online, so freeing the resource is enough, and the
+        rest of the dir keeps serving (Kafka marks the dir offline on any IOException)."""
+        if lfu.is_resource_exhaustion(e):
+            log.warning("cannot %s %s: %s (the log dir stays online)", action, path, e)
+            return KafkaStorageError(f"cannot {action} {path}: {e.strerror or e}")
         for d in self._log_dirs:
             if path == d or d in path.parents:
                 if d not in self._offline_dirs and self._started:

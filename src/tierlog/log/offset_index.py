@@ -161,7 +161,8 @@ class OffsetIndex(AbstractIndex):
             if not 0 <= position <= INT32_MAX:
                 raise ValueError(f"position {position} does not fit an index entry")
             # Write the entry first, then publish it: concurrent lookups read `_entries` once.
-            _ENTRY.pack_into(self._write_buffer(), n * ENTRY_SIZE, relative, position)
+            with self._remap_lock:
+                _ENTRY.pack_into(self._write_buffer(n), n * ENTRY_SIZE, relative, position)
             self._last_offset = offset
             self._entries = n + 1
 

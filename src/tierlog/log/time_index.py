@@ -144,7 +144,8 @@ class TimeIndex(AbstractIndex):
             relative = self.relative_offset(offset)
             if n >= self._max_entries:
                 raise ValueError(f"time index {self._path} has no slot left (size = {n})")
-            _ENTRY.pack_into(self._write_buffer(), n * ENTRY_SIZE, timestamp, relative)
+            with self._remap_lock:
+                _ENTRY.pack_into(self._write_buffer(n), n * ENTRY_SIZE, timestamp, relative)
             self._last_entry = TimestampOffset(timestamp, offset)
             self._entries = n + 1
 

@@ -19,12 +19,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import resource
 import signal
 import sys
 import time
 from typing import Any
 
 from tierlog.errors import TierlogError
+from tierlog.log.file_handle_cache import file_handle_cache
 from tierlog.log.log_manager import LogManager
 from tierlog.server.group_coordinator import GroupCoordinator
 from tierlog.server.kafka_apis import BrokerEndpoint, KafkaApis
@@ -66,6 +68,7 @@ class Broker:
         """
         c = self.config
         t0 = time.monotonic()
+        _budget_open_files(c.log_max_open_files)
         lm = LogManager(
             c.log_dirs,
             c.log_config(),
@@ -196,6 +199,32 @@ class Broker:
         if self.log_manager is not None:
             await asyncio.to_thread(self.log_manager.shutdown)
         log.info("tierlog broker stopped cleanly in %.2fs", time.monotonic() - t0)
+
+
+def _budget_open_files(configured: int) -> None:
+    """Raise the soft open-files limit to the hard one, and give segment files their budget
+    (``log.max.open.files``, or half the limit: the rest is for sockets, checkpoints, remote
+    reads)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    raised = soft
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            raised = hard
+        except (OSError, ValueError) as e:
+            log.warning("cannot raise the open-files limit from %d to %d: %s", soft, hard, e)
+    elif hard == resource.RLIM_INFINITY:
+        raised = soft  # keep a finite soft limit: budgets are fractions of it
+    budget = configured if configured > 0 else max(16, raised // 2)
+    file_handle_cache().set_max_open(budget)
+    log.info(
+        "open files: soft limit %d (was %d), hard limit %s; segment files keep at most %d open "
+        "(log.max.open.files)",
+        raised,
+        soft,
+        "unlimited" if hard == resource.RLIM_INFINITY else hard,
+        budget,
+    )
 
 
 def _setup_logging() -> None:

@@ -244,6 +244,10 @@ _BROKER_ONLY: tuple[BrokerConfigDef, ...] = (
        "Replication factor of auto-created topics (single node: 1)."),
     _d("auto.create.topics.enable", "boolean", True, None, "Create unknown topics on Metadata."),
     _d("delete.topic.enable", "boolean", True, None, "Allow DeleteTopics."),
+    _d("log.max.open.files", "int", -1, _between(-1, 2**31 - 1),
+       "tierlog: most descriptors segment files (.log, index mappings) hold at once; idle "
+       "ones are closed and reopened on use. -1: half the open-files limit, which the broker "
+       "raises to the hard limit at startup."),
     _d("num.recovery.threads.per.data.dir", "int", 2, _min(1),
        "Threads per log dir loading logs at startup (Kafka's default is 1)."),
     _d("log.retention.hours", "int", 168, None,
@@ -591,6 +595,7 @@ class KafkaConfig:
         self.delete_topic_enable: bool = get("delete.topic.enable")
         self.message_max_bytes: int = get("message.max.bytes")
         self.num_recovery_threads_per_data_dir: int = get("num.recovery.threads.per.data.dir")
+        self.log_max_open_files: int = get("log.max.open.files")
         self.log_retention_check_interval_ms: int = get("log.retention.check.interval.ms")
         self.log_flush_scheduler_interval_ms: int = get("log.flush.scheduler.interval.ms")
         self.log_flush_offset_checkpoint_interval_ms: int = get(

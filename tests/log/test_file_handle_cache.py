@@ -1,0 +1,180 @@
+"""The bounded set of open segment files: more segment files than descriptors, read and written
+correctly; busy handles never closed under a reader; deleted files readable until released."""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tierlog.log import file_handle_cache as fhc
+from tierlog.log.file_records import FileRecords
+from tierlog.log.offset_index import OffsetIndex
+from tierlog.log.time_index import TimeIndex
+
+from .conftest import build_batch
+
+
+def open_fds() -> int:
+    return len(list(Path("/proc/self/fd").iterdir()))
+
+
+@pytest.fixture
+def small_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[fhc.FileHandleCache]:
+    """A process cache of 8 descriptors for the test (every file opened in it registers)."""
+    cache = fhc.FileHandleCache(8)
+    monkeypatch.setattr(fhc, "_default", cache)
+    yield cache
+
+
+def test_many_files_stay_within_the_budget_and_read_back(
+    small_cache: fhc.FileHandleCache, tmp_path: Path
+) -> None:
+    before = open_fds()
+    files = []
+    batches = []
+    for i in range(60):
+        records = FileRecords(tmp_path / f"{i:020d}.log")
+        batch = build_batch(3, base_offset=i * 3)
+        records.append(batch)
+        files.append(records)
+        batches.append(batch)
+        assert len(small_cache) <= 8
+        assert open_fds() - before <= 8
+    assert small_cache.evictions >= 52
+    # Every file reads back its own bytes, reopened from its path when it was closed.
+    for records, batch in zip(files, batches, strict=True):
+        assert records.read(0, len(batch)) == batch
+        assert [h.base_offset for h in records.batches_from(0)] == [build_offset(batch)]
+        assert open_fds() - before <= 8
+    # Appends to a closed-and-reopened file land after the existing bytes.
+    more = build_batch(2, base_offset=3)
+    files[0].append(more)
+    assert files[0].read(0, 1 << 20) == batches[0] + more
+    for records in files:
+        records.close()
+    assert len(small_cache) == 0
+    assert open_fds() == before
+
+
+def build_offset(batch: bytes) -> int:
+    return int.from_bytes(batch[:8], "big")
+
+
+def test_indexes_are_mapped_lazily_and_unmapped_past_the_budget(
+    small_cache: fhc.FileHandleCache, tmp_path: Path
+) -> None:
+    before = open_fds()
+    indexes: list[OffsetIndex | TimeIndex] = []
+    for i in range(20):
+        base = i * 100
+        oi = OffsetIndex(tmp_path / f"{base:020d}.index", base, 4096)
+        ti = TimeIndex(tmp_path / f"{base:020d}.timeindex", base, 4096)
+        for k in range(1, 10):
+            oi.append(base + k, k * 100)
+            ti.maybe_append(1000 + k, base + k)
+        indexes += [oi, ti]
+        assert open_fds() - before <= 8
+    for i, idx in enumerate(indexes):
+        base = (i // 2) * 100
+        if isinstance(idx, OffsetIndex):
+            got = idx.lookup(base + 5)
+            assert (got.offset, got.position) == (base + 5, 500)
+        else:
+            found = idx.lookup(1005)
+            assert (found.timestamp, found.offset) == (1005, base + 5)
+        assert open_fds() - before <= 8
+    # Flushing an index whose dirty mapping was dropped fsyncs the file instead.
+    for idx in indexes:
+        idx.flush()
+        idx.close()
+    assert open_fds() == before
+    reopened = OffsetIndex(tmp_path / f"{0:020d}.index", 0, 4096)
+    assert reopened.entries == 9
+    assert reopened.lookup(7).position == 700
+    reopened.close()
+
+
+def test_a_deleted_file_stays_readable_after_its_descriptor_was_evicted(
+    small_cache: fhc.FileHandleCache, tmp_path: Path
+) -> None:
+    path = tmp_path / "0.log"
+    records = FileRecords(path)
+    batch = build_batch(3)
+    records.append(batch)
+    others = [FileRecords(tmp_path / f"{i}.other") for i in range(1, 20)]
+    assert records.fd == -1  # evicted by the others
+    assert records.delete_if_exists()  # opened again before the unlink, then kept
+    assert not path.exists()
+    fd = records.fd
+    assert fd >= 0
+    more = [FileRecords(tmp_path / f"{i}.more") for i in range(20, 40)]
+    assert records.read(0, len(batch)) == batch  # never evicted since
+    del records
+    gc.collect()
+    with pytest.raises(OSError):
+        os.fstat(fd)  # the finalizer closed it
+    for r in others + more:
+        r.close()
+
+
+def test_a_busy_descriptor_is_never_closed_under_its_reader(
+    small_cache: fhc.FileHandleCache, tmp_path: Path
+) -> None:
+    """Readers scan files (small buffers: many reads per scan) while another thread opens
+    files past the budget: every read returns the file's own bytes, never another file's
+    through a descriptor number closed and reused under it."""
+    files = []
+    for i in range(24):
+        r = FileRecords(tmp_path / f"{i:020d}.log")
+        for k in range(20):
+            r.append(build_batch(2, base_offset=i * 1000 + 2 * k))
+        files.append(r)
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def reader(n: int) -> None:
+        try:
+            while not stop.is_set():
+                for i in range(n, len(files), 3):
+                    got = [h.base_offset for h in files[i].batches_from(0, buffer_size=128)]
+                    assert got == [i * 1000 + 2 * k for k in range(20)], (i, got)
+                    pos = files[i].search_for_offset_from_position(i * 1000 + 21, 0)
+                    assert pos is not None and pos.offset == i * 1000 + 21
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+            stop.set()
+
+    threads = [threading.Thread(target=reader, args=(n,)) for n in range(3)]
+    for t in threads:
+        t.start()
+    for _ in range(200):
+        if stop.is_set():
+            break
+        extra = FileRecords(tmp_path / "churn.log")
+        extra.close()
+    stop.set()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors[0]
+    assert small_cache.evictions > 0
+    for r in files:
+        r.close()
+
+
+def test_the_budget_can_be_lowered_at_runtime(
+    small_cache: fhc.FileHandleCache, tmp_path: Path
+) -> None:
+    files = [FileRecords(tmp_path / f"{i}.log") for i in range(8)]
+    assert len(small_cache) == 8
+    small_cache.set_max_open(3)
+    assert len(small_cache) == 3
+    assert sum(f.fd >= 0 for f in files) == 3
+    with pytest.raises(ValueError):
+        small_cache.set_max_open(0)
+    for f in files:
+        f.close()
