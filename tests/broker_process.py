@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -56,6 +57,7 @@ class BrokerProcess:
         module: str = "tierlog.cli",
         env: dict[str, str] | None = None,
         metrics: bool = False,
+        nofile: int | None = None,
     ) -> None:
         self.workdir = workdir
         self.module = module
@@ -64,6 +66,7 @@ class BrokerProcess:
         self.port = port
         self.metrics_port: int | None = None
         self._metrics = metrics
+        self.nofile = nofile  # RLIMIT_NOFILE (soft and hard) of the process, when set
         self.extra_overrides = [f"log.dirs={self.log_dir}", *self.defaults, *overrides]
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_overrides: list[str] = []  # what the latest start was given
@@ -114,10 +117,24 @@ class BrokerProcess:
             log.flush()
             since = log.tell()
             self.proc = subprocess.Popen(
-                args, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir, env=env
+                args,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.workdir,
+                env=env,
+                preexec_fn=self._limit if self.nofile is not None else None,
             )
         real_parts.used("broker process", f"{self.module} serve ({sys.executable})")
         return since
+
+    def _limit(self) -> None:
+        assert self.nofile is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
+
+    def open_fds(self) -> int:
+        """Descriptors the running broker holds now."""
+        assert self.proc is not None
+        return len(list(Path(f"/proc/{self.proc.pid}/fd").iterdir()))
 
     def _log_since(self, offset: int) -> str:
         with open(self.log_path, "rb") as f:

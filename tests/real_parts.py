@@ -12,8 +12,12 @@ Fixtures that start or load a part call :func:`used`; the end of the run prints 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType
 from typing import NoReturn
 
@@ -53,3 +57,22 @@ def used(part: str, detail: str) -> None:
 
 def skip_is_justified(reason: str) -> bool:
     return reason.startswith(BY_DESIGN)
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` mounted at ``path`` (created) for the block: a disk that fills up
+    for real. Needs root (``make test`` runs as root here and in CI)."""
+    path.mkdir(parents=True)
+    mount = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+    )
+    if mount.returncode != 0:
+        missing("a tmpfs mount", f"mount -t tmpfs failed: {mount.stderr.strip()}")
+    used("tmpfs", f"mount -t tmpfs -o size={size}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)

@@ -3,6 +3,8 @@ correctly; busy handles never closed under a reader; deleted files readable unti
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import gc
 import os
 import threading
@@ -11,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import real_parts
 from tierlog.log import file_handle_cache as fhc
 from tierlog.log.file_records import FileRecords
 from tierlog.log.offset_index import OffsetIndex
@@ -178,3 +181,25 @@ def test_the_budget_can_be_lowered_at_runtime(
         small_cache.set_max_open(0)
     for f in files:
         f.close()
+
+
+def test_an_index_append_on_a_full_disk_is_an_error_not_a_crash(tmp_path: Path) -> None:
+    """A preallocated index is sparse: storing an entry into a hole of a full tmpfs through
+    the mapping raises SIGBUS and kills the process. The append allocates blocks first, so a
+    full disk is an OSError(ENOSPC) for that append and the index stays usable."""
+    with real_parts.tmpfs(tmp_path / "disk", "1m") as disk:
+        index = OffsetIndex(disk / "0.index", 0, 512 * 1024)  # sparse: no blocks yet
+        filler = disk / "filler"
+        with open(filler, "wb") as f, contextlib.suppress(OSError):
+            while True:
+                f.write(bytes(64 * 1024))
+                f.flush()
+        with pytest.raises(OSError) as raised:
+            for offset in range(1, 60_000):
+                index.append(offset, offset * 10)
+        assert raised.value.errno == errno.ENOSPC
+        written = index.entries
+        assert index.lookup(written).offset == written  # what was appended reads back
+        filler.unlink()
+        index.append(written + 1, 1)  # room again: appends go on
+        index.close()

@@ -306,6 +306,10 @@ class LogManager:
             self._thread = None
         self._delete_pending_dirs()
         with self._lock:
+            try:
+                self._persist_registry_if_dirty()
+            except KafkaStorageError as e:
+                log.error("cannot write the topic registry at shutdown: %s", e)
             failed: set[Path] = set()
             for tp, lg in self._logs.items():
                 try:
@@ -522,6 +526,7 @@ class LogManager:
         while not self._stopping.is_set():
             try:
                 self._delete_pending_dirs()
+                self._persist_registry_if_dirty()
                 now = self._time_ms()
                 if now >= next_retention:
                     self.cleanup_logs(now)
@@ -715,6 +720,14 @@ class LogManager:
         self._registry_epoch = epoch
         self._topics = dict(topics)
         self._deleted_ids = frozenset(deleted)
+        self._registry_dirty = False
+
+    def _persist_registry_if_dirty(self) -> None:
+        """Write the registry when the copy on disk lags the one in memory (a write that
+        failed, e.g. on EMFILE during a rollback)."""
+        with self._lock:
+            if self._registry_dirty:
+                self._save_registry(self._topics)
 
     # ----------------------------------------------------------------- loading
 
@@ -865,6 +878,7 @@ class LogManager:
                         time_ms=self._time_ms,
                     )
                 except OSError as e:
+                    self._discard_partial_dir(path, info.name, p)
                     raise self._storage_error(e, path, "create log") from e
                 logs[(info.name, p)] = lg
                 dirs[(info.name, p)] = d
@@ -890,6 +904,7 @@ class LogManager:
             # Served as rolled back now; the next registry write (any topic change) persists it.
             log.error("rolling back topic %s: the registry on disk still has it: %s", topic, e)
             self._topics = dict(topics)
+            self._registry_dirty = True  # written by the background thread or at shutdown
 
     def _drop_logs(self, topic: str, partitions: Iterable[int]) -> None:
         """Close the logs and rename their dirs for background deletion."""
@@ -913,6 +928,20 @@ class LogManager:
         self._log_dir_of = dirs
         if error is not None:
             raise error
+
+    def _discard_partial_dir(self, path: Path, topic: str, partition: int) -> None:
+        """A partition dir whose log could not be created (EMFILE, ENOSPC half way): renamed
+        for background deletion so a restart does not adopt it. Needs no descriptor."""
+        target = path.with_name(_delete_dir_name(topic, partition))
+        try:
+            path.rename(target)
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            log.warning("cannot discard the partly created %s: %s", path, e)
+            return
+        with self._lock:
+            self._to_delete.append(target)
 
     def _rename_for_delete(self, path: Path, topic: str, partition: int) -> None:
         target = path.with_name(_delete_dir_name(topic, partition))

@@ -185,6 +185,23 @@ def response_class(api_key: int, api_version: int) -> type[Any]:
     return legacy if legacy is not None else load_response_schema(api_key, api_version)
 
 
+def preload_schemas() -> int:
+    """Import the schema class of every advertised request and response version now; the
+    number of versions.
+
+    kio imports a schema module on its first use. A broker that has run out of descriptors
+    (EMFILE) cannot import one then, and could not even answer the request with an error: the
+    broker calls this at startup (in a thread: about a second of imports) so that it can.
+    """
+    n = 0
+    for api_key, (lo, hi) in ADVERTISED.items():
+        for version in range(lo, hi + 1):
+            request_class(api_key, version)
+            response_class(api_key, version)
+            n += 1
+    return n
+
+
 def api_versions_keys() -> tuple[ApiVersionV0, ...]:
     """The advertised table as ApiVersions entries (v0's class; the wire format of the entries
     is the same in every version, but each version has its own kio class)."""

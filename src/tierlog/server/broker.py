@@ -22,12 +22,14 @@ import os
 import resource
 import signal
 import sys
+import threading
 import time
 from typing import Any
 
 from tierlog.errors import TierlogError
 from tierlog.log.file_handle_cache import file_handle_cache
 from tierlog.log.log_manager import LogManager
+from tierlog.protocol.api_versions import preload_schemas
 from tierlog.server.group_coordinator import GroupCoordinator
 from tierlog.server.kafka_apis import BrokerEndpoint, KafkaApis
 from tierlog.server.kafka_config import KafkaConfig
@@ -137,6 +139,7 @@ class Broker:
             cluster_id=lm.cluster_id,
             tiered=tiered,
         )
+        threading.Thread(target=_preload_schemas, name="preload-schemas", daemon=True).start()
         listening = ", ".join(f"{h}:{p}" for h, p in self.bound)
         log.info(
             "tierlog broker started in %.2fs: node %d, cluster %s, listening on %s, "
@@ -199,6 +202,16 @@ class Broker:
         if self.log_manager is not None:
             await asyncio.to_thread(self.log_manager.shutdown)
         log.info("tierlog broker stopped cleanly in %.2fs", time.monotonic() - t0)
+
+
+def _preload_schemas() -> None:
+    t0 = time.monotonic()
+    try:
+        n = preload_schemas()
+    except Exception as e:  # a schema loads on first use instead
+        log.warning("cannot preload the protocol schemas: %s", e)
+        return
+    log.info("protocol schemas of %d API versions loaded in %.2fs", n, time.monotonic() - t0)
 
 
 def _budget_open_files(configured: int) -> None:
