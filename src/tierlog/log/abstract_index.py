@@ -177,6 +177,7 @@ class _MapHandle(CachedHandle):
     __slots__ = ("dirty", "evicted_dirty", "lock", "mmap")
 
     def __init__(self) -> None:
+        super().__init__()
         self.mmap: mmap.mmap | None = None
         self.lock = threading.Lock()
         self.dirty = False  # written since the last flush
@@ -287,7 +288,7 @@ class AbstractIndex(ABC):
         h = self._handle
         m = h.mmap
         if m is not None:
-            self._cache.touched(h)
+            h.referenced = True
             return m
         if self._file_length == 0:
             return None

@@ -5,15 +5,16 @@ every index (Kafka's ``LazyIndex`` only delays the first open). A broker with 10
 partitions would then need 300,000 descriptors; this machine allows 20,000. Here each
 ``.log`` descriptor (:class:`~tierlog.log.file_records.FileRecords`) and each index mapping
 (:class:`~tierlog.log.abstract_index.AbstractIndex`; CPython's ``mmap`` keeps a descriptor of
-its own) is a :class:`CachedHandle` in one least-recently-used cache of at most
+its own) is a :class:`CachedHandle` in one cache of at most
 ``log.max.open.files`` entries. A handle past the budget is closed and reopened transparently
 on its next use, from the file's current path.
 
-Handles in use are never closed: a user holds the handle's ``lock`` (indexes: their remap
-lock) or counts itself in ``users`` (file records) for as long as it touches the descriptor,
-and eviction only *tries* those (``acquire(blocking=False)``), skipping a busy handle. Lock
-order: a handle's lock, then the cache's; eviction takes the cache's lock and then only tries
-handle locks, so the two never wait on each other.
+Recency is tracked without a lock on the hot path (CLOCK: a use sets a flag, eviction gives a
+flagged handle a second chance). Handles in use are never closed: a user holds the handle's
+``lock`` (indexes: their remap lock) or counts itself in ``users`` (file records) for as long
+as it touches the descriptor, and eviction only *tries* those (``acquire(blocking=False)``),
+skipping a busy handle. Lock order: a handle's lock, then the cache's; eviction takes the
+cache's lock and then only tries handle locks, so the two never wait on each other.
 
 The budget is a soft one: when every handle is busy the cache grows past it rather than fail a
 read, and shrinks back as handles are released.
@@ -33,9 +34,15 @@ DEFAULT_MAX_OPEN_FILES = 10_000
 
 
 class CachedHandle(ABC):
-    """An open OS resource (a descriptor, a mapping) the cache may close when idle."""
+    """An open OS resource (a descriptor, a mapping) the cache may close when idle.
 
-    __slots__ = ("__weakref__",)
+    A use sets ``referenced`` (a plain store, no lock: the hot path of every read and append);
+    eviction gives a referenced handle a second chance (the CLOCK approximation of LRU)."""
+
+    __slots__ = ("__weakref__", "referenced")
+
+    def __init__(self) -> None:
+        self.referenced = False
 
     @abstractmethod
     def try_release(self) -> bool:
@@ -44,7 +51,7 @@ class CachedHandle(ABC):
 
 
 class FileHandleCache:
-    """The process's open segment files, least recently used first. Thread-safe."""
+    """The process's open segment files, oldest first. Thread-safe."""
 
     def __init__(self, max_open: int = DEFAULT_MAX_OPEN_FILES) -> None:
         if max_open < 1:
@@ -79,32 +86,38 @@ class FileHandleCache:
             if len(lru) > self._max_open:
                 self._evict_over_budget(handle)
 
-    def touched(self, handle: CachedHandle) -> None:
-        """``handle`` was used: it is now the most recently used."""
-        key = id(handle)
-        with self._lock:
-            if key in self._lru:
-                self._lru.move_to_end(key)
-
     def closed(self, handle: CachedHandle) -> None:
         """``handle`` was closed by its owner (or must never be evicted again)."""
         with self._lock:
             self._lru.pop(id(handle), None)
 
     def _evict_over_budget(self, keep: CachedHandle | None) -> None:
+        """Close idle handles from the oldest on until within budget: a handle used since the
+        last sweep is moved to the young end instead (second chance), a busy one is skipped.
+        At most two passes: when everything is busy the cache stays over budget for now."""
         lru = self._lru
         excess = len(lru) - self._max_open
-        if excess <= 0:
-            return
-        victims: list[int] = []
-        for key, handle in lru.items():  # oldest first; try_release never calls back here
-            if len(victims) >= excess:
-                break
-            if handle is not keep and handle.try_release():
-                victims.append(key)
-        for key in victims:
-            del lru[key]
-        self.evictions += len(victims)
+        for _ in range(2):
+            if excess <= 0:
+                return
+            victims: list[int] = []
+            spared: list[int] = []
+            for key, handle in lru.items():  # oldest first; try_release never calls back here
+                if len(victims) >= excess:
+                    break
+                if handle is keep:
+                    continue
+                if handle.referenced:
+                    handle.referenced = False
+                    spared.append(key)
+                elif handle.try_release():
+                    victims.append(key)
+            for key in victims:
+                del lru[key]
+            for key in spared:
+                lru.move_to_end(key)
+            self.evictions += len(victims)
+            excess -= len(victims)
 
 
 _default = FileHandleCache()

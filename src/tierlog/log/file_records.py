@@ -79,6 +79,7 @@ class _FdHandle(CachedHandle):
     __slots__ = ("fd", "lock", "pinned", "users")
 
     def __init__(self, fd: int) -> None:
+        super().__init__()
         self.fd = fd
         self.users = 0  # reads and writes in flight
         self.pinned = False  # unlinked: never closed before the owner goes away
@@ -171,8 +172,7 @@ class FileRecords:
             if fd < 0:
                 fd = h.fd = os.open(self._path, _REOPEN_FLAGS)
                 self._cache.opened(h)
-            else:
-                self._cache.touched(h)
+            h.referenced = True
             h.users += 1
         return fd
 
