@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests import real_parts
+from tierlog.errors import CorruptIndexError
 from tierlog.log import file_handle_cache as fhc
 from tierlog.log.file_records import FileRecords
 from tierlog.log.offset_index import OffsetIndex
@@ -203,3 +204,30 @@ def test_an_index_append_on_a_full_disk_is_an_error_not_a_crash(tmp_path: Path) 
         filler.unlink()
         index.append(written + 1, 1)  # room again: appends go on
         index.close()
+
+
+def test_an_untrimmed_index_left_by_a_crash_is_read_only_up_to_its_first_hole(
+    tmp_path: Path,
+) -> None:
+    """A crash leaves the active segment's index preallocated and sparse. On a full tmpfs even
+    a read of a hole through a mapping is SIGBUS: opening it reads only the blocks before the
+    first hole, and the sanity check then rejects the zeros (the loader rebuilds it)."""
+    with real_parts.tmpfs(tmp_path / "disk", "1m") as disk:
+        path = disk / "0.index"
+        index = OffsetIndex(path, 0, 512 * 1024)
+        for offset in range(1, 4):
+            index.append(offset, offset * 10)
+        index.flush()
+        del index  # a crash: never trimmed
+        gc.collect()
+        assert path.stat().st_size == 512 * 1024
+        with open(disk / "filler", "wb", buffering=0) as f, contextlib.suppress(OSError):
+            while True:
+                f.write(bytes(64 * 1024))
+                f.flush()
+        reopened = OffsetIndex(path, 0, 512 * 1024)
+        assert reopened.entries == 4096 // 8  # the allocated page, not the 65,536 slots
+        with pytest.raises(CorruptIndexError):
+            reopened.sanity_check()
+        assert reopened.entry(2).offset == 3  # what was written reads back
+        reopened.close_handler()

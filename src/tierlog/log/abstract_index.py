@@ -203,6 +203,15 @@ class _MapHandle(CachedHandle):
                 self.dirty = False
 
 
+def _first_hole(fd: int, length: int) -> int:
+    """Where the first hole of the file starts (``length`` when it has none, or when the
+    filesystem cannot tell)."""
+    try:
+        return min(os.lseek(fd, 0, os.SEEK_HOLE), length)
+    except OSError:
+        return length
+
+
 def _forget_handle(handle: _MapHandle, cache: FileHandleCache) -> None:
     cache.closed(handle)
     with handle.lock:
@@ -268,15 +277,19 @@ class AbstractIndex(ABC):
                     raise ValueError(f"invalid max index size {max_index_size} for {self._path}")
                 os.ftruncate(fd, round_down_to_exact_multiple(max_index_size, entry_size))
             length = os.fstat(fd).st_size
+            data_end = length if newly_created else _first_hole(fd, length)
         finally:
             if fd >= 0:
                 os.close(fd)
         self._file_length = length
         # Bytes known to have disk blocks: the valid entries (a new file's tail is a hole).
-        self._allocated = 0 if newly_created else length
+        self._allocated = 0 if newly_created else data_end
         self._max_entries = length // entry_size
-        # A pre-existing index is assumed full of valid entries (it was trimmed on close).
-        self._entries = 0 if newly_created else length // entry_size
+        # A pre-existing index is assumed full of valid entries (it was trimmed on close),
+        # up to its first hole: an untrimmed, preallocated file left by a crash is sparse, and
+        # a read of a hole through a mapping on a full tmpfs is SIGBUS. The entries before it
+        # end in zeros, which the subclasses' sanity check rejects (the index is rebuilt).
+        self._entries = 0 if newly_created else data_end // entry_size
 
     # ------------------------------------------------------------------ mapping
 

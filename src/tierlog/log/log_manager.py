@@ -312,13 +312,12 @@ class LogManager:
                 log.error("cannot write the topic registry at shutdown: %s", e)
             failed: set[Path] = set()
             for tp, lg in self._logs.items():
-                try:
-                    lg.flush()
-                    lg.close()
-                except OSError as e:
-                    dir_ = self._log_dir_of[tp]
-                    failed.add(dir_)
-                    log.error("closing %s-%d failed: %s", tp[0], tp[1], e)
+                for step in (lg.flush, lg.close):  # close (and trim) even when flush failed
+                    try:
+                        step()
+                    except OSError as e:
+                        failed.add(self._log_dir_of[tp])
+                        log.error("closing %s-%d failed: %s", tp[0], tp[1], e)
             self._write_checkpoints(recovery=True, start=True)
             for d in self._log_dirs:
                 if d in failed or d in self._offline_dirs:
