@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import errno
 import os
 import random
 import struct
@@ -138,8 +139,9 @@ def test_layout_and_no_temp_files(tmp_path):
     rsm = PyArrowRemoteStorageManager(f"file://{root}")
     md = segment(123, 456, tp=TP)
     written = []
-    real_write = rsm._write
+    real_write, real_copy = rsm._write, rsm._copy
     rsm._write = lambda path, parts: (written.append(path), real_write(path, parts))[1]
+    rsm._copy = lambda source, path: (written.append(path), real_copy(source, path))[1]
     rsm.copy_log_segment_data(md, make_segment_files(tmp_path, fake_batches(3)))
     prefix = (
         f"orders-{kafka_uuid_str(TP.topic_id)}/3/00000000000000000123-"
@@ -441,3 +443,48 @@ def test_map_exceptions():
         raise KeyError("k")
     with pytest.raises(ZeroDivisionError), map_exceptions("op"):
         raise ZeroDivisionError
+
+
+def test_segment_copy_takes_the_kernel_path_and_its_fallback(tmp_path, monkeypatch):
+    """A local store copies the segment with copy_file_range (no bytes through Python); where
+    the filesystems refuse it (EXDEV across mounts, say) sendfile takes over; a source that
+    ends early is an error, never a short object."""
+    from tierlog.tiered.storage import pyarrow_remote_storage_manager as mod
+
+    data = fake_batches(3000, seed=7)  # ~750 KB: several kernel calls' worth is not needed
+    calls: list[str] = []
+    real_cfr = os.copy_file_range
+
+    def cfr(*args):
+        calls.append("copy_file_range")
+        return real_cfr(*args)
+
+    monkeypatch.setattr(os, "copy_file_range", cfr)
+    rsm = PyArrowRemoteStorageManager(f"file://{tmp_path}/remote")
+    md = segment(100, 199, tp=TP, size=len(data))
+    rsm.copy_log_segment_data(md, make_segment_files(tmp_path, data))
+    assert calls and rsm.fetch_log_segment(md, 0) == data
+
+    def refuse(*args):
+        raise OSError(errno.EXDEV, "cross-device")
+
+    real_sendfile = os.sendfile
+
+    def sendfile(*args):
+        calls.append("sendfile")
+        return real_sendfile(*args)
+
+    monkeypatch.setattr(os, "copy_file_range", refuse)
+    monkeypatch.setattr(os, "sendfile", sendfile)
+    md2 = segment(200, 299, tp=TP, size=len(data))
+    rsm.copy_log_segment_data(md2, make_segment_files(tmp_path, data))
+    assert "sendfile" in calls and rsm.fetch_log_segment(md2, 0) == data
+
+    src = tmp_path / "short.log"
+    src.write_bytes(data[:100])
+    with (
+        open(tmp_path / "out", "wb") as out,
+        open(src, "rb") as f,
+        pytest.raises(OSError, match="ended after 100"),
+    ):
+        mod._copy_range(f.fileno(), out.fileno(), len(data))

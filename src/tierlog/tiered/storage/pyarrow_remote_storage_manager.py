@@ -23,6 +23,7 @@ Thread-safe: pyarrow filesystems are; the chunk-index cache has a lock.
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from array import array
@@ -58,6 +59,35 @@ from tierlog.tiered.storage.segment_objects import (
 COMPRESSIONS = ("none", "zstd")
 DEFAULT_CHUNK_SIZE = 1 << 20
 _COPY_BLOCK = 8 << 20
+_NO_COPY_FILE_RANGE = frozenset({errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP})
+
+
+def _copy_range(src: int, dst: int, size: int) -> None:
+    """``size`` bytes from the start of ``src`` to ``dst`` in the kernel: copy_file_range (a
+    reflink or an in-kernel copy), else sendfile where the filesystems refuse it.
+
+    Raises:
+        OSError: the copy failed, or ``src`` is shorter than ``size`` (truncated under us).
+    """
+    done = 0
+    use_cfr = hasattr(os, "copy_file_range")
+    while done < size:
+        n = 0
+        if use_cfr:
+            try:
+                n = os.copy_file_range(src, dst, size - done, done, done)
+            except OSError as e:
+                if e.errno not in _NO_COPY_FILE_RANGE or done:
+                    raise
+                use_cfr = False
+        if not use_cfr:
+            os.lseek(dst, done, os.SEEK_SET)
+            n = os.sendfile(dst, src, done, size - done)
+        if n == 0:
+            raise OSError(errno.EIO, f"source ended after {done} of {size} bytes")
+        done += n
+
+
 _ZSTD_LEVEL = 3
 
 #: ``rsm.config.*`` keys (prefix stripped) that ``from_config`` takes.
@@ -266,36 +296,73 @@ class PyArrowRemoteStorageManager(RemoteStorageManager):
                 for block in parts:
                     out.write(block)
             return
-        parent = path.rsplit("/", 1)[0]
-        self._fs.create_dir(parent, recursive=True)
-        tmp = f"{path}.tmp"
         if self._local:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
+
+            def fill(fd: int) -> None:
                 for block in parts:
                     view = memoryview(block)
                     while view:
                         view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            Path(tmp).replace(path)
-            dfd = os.open(parent, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        else:
-            with self._fs.open_output_stream(tmp) as out:
-                for block in parts:
-                    out.write(block)
-            self._fs.move(tmp, path)
+
+            self._publish_local(path, fill)
+            return
+        tmp = f"{path}.tmp"
+        self._fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        with self._fs.open_output_stream(tmp) as out:
+            for block in parts:
+                out.write(block)
+        self._fs.move(tmp, path)
+
+    def _copy(self, source: Path, path: str) -> None:
+        """Copy a local file to an object without its bytes passing through Python: the
+        kernel's ``copy_file_range`` into a local store, pyarrow's C++ ``copy_files`` (its
+        own buffers, the GIL released) into any other. Never exposes a partial object."""
+        if self._local:
+            size = source.stat().st_size
+
+            def fill(fd: int) -> None:
+                src = os.open(source, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                try:
+                    _copy_range(src, fd, size)
+                finally:
+                    os.close(src)
+
+            self._publish_local(path, fill)
+            return
+        local = pafs.LocalFileSystem()
+        target = path if self._atomic_put else f"{path}.tmp"
+        if not self._atomic_put:
+            self._fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        pafs.copy_files(
+            str(source),
+            target,
+            source_filesystem=local,
+            destination_filesystem=self._fs,
+            chunk_size=_COPY_BLOCK,
+            use_threads=False,
+        )
+        if not self._atomic_put:
+            self._fs.move(target, path)
 
     @staticmethod
-    def _file_blocks(path: Path) -> Any:
-        with open(path, "rb") as f:
-            while block := f.read(_COPY_BLOCK):
-                yield block
+    def _publish_local(path: str, fill: Any) -> None:
+        """Write ``path`` through ``fill(fd)`` into a temporary file, fsync, rename, fsync
+        the directory: a reader sees the whole object or none."""
+        parent = path.rsplit("/", 1)[0]
+        Path(parent).mkdir(parents=True, exist_ok=True)
+        tmp = f"{path}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            fill(fd)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        Path(tmp).replace(path)
+        dfd = os.open(parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
 
     def _compressed_blocks(self, path: Path, positions: list[int]) -> Any:
         with open(path, "rb") as f:
@@ -317,7 +384,7 @@ class PyArrowRemoteStorageManager(RemoteStorageManager):
                 size = segment_data.log_segment.stat().st_size
                 chunk_index = ChunkIndex(size, self.chunk_size, array("Q", positions))
             else:
-                self._write(log_path, self._file_blocks(segment_data.log_segment))
+                self._copy(segment_data.log_segment, log_path)
         with map_exceptions(self._what("copy indexes to", idx_path), _PYARROW_ERRORS):
             indexes = {
                 IndexType.OFFSET: segment_data.offset_index.read_bytes(),
