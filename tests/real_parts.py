@@ -35,7 +35,7 @@ def missing(part: str, why: str) -> NoReturn:
     skip otherwise."""
     message = f"real part missing: {part}: {why}"
     if REQUIRED:
-        pytest.fail(f"{message} (TIERLOG_REQUIRE_REAL_PARTS=1: make test installs it)")
+        pytest.fail(f"{message} (TIERLOG_REQUIRE_REAL_PARTS=1: .ci/run and make test install it)")
     pytest.skip(message)
 
 
