@@ -65,10 +65,6 @@ def _converged(b, topic: str, n: int) -> bool:
     return Offsets(b.bootstrap, topic).local > 0.6 * n and states == {"COPY_SEGMENT_FINISHED"}
 
 
-def _since_last_start(b) -> str:
-    return b.log_text().rsplit(f"===== start #{b.starts} =====", 1)[1]
-
-
 def _list_offsets(bootstrap: str, wanted: list[tuple[str, int]]) -> list[tuple[int, int, int]]:
     """One ListOffsets v8 request for ``(topic, timestamp)`` (partition 0 of each); per entry
     (error code, offset, timestamp), in order."""
@@ -109,7 +105,7 @@ def test_remote_store_down_during_copy(tiered_env):
         sent = make_records(1500)
         produce(b.bootstrap, topic, sent)
         wait_until(
-            lambda: _since_last_start(b).count("copying segments of") >= 3,
+            lambda: b.log_since_start().count("copying segments of") >= 3,
             what="copy attempts failing",
         )
         off = Offsets(b.bootstrap, topic)
@@ -225,8 +221,15 @@ def test_sigkill_in_the_middle_of_a_delete_converges(tiered_env):
     (env.faults / "hang-delete").unlink()
     (env.faults / "hanging").unlink()
     b = env.start(faults=True)
-    wait_until(lambda: all_gone(b, topic, cut), what="the interrupted delete finished")
-    assert not [s for s in segments(b, topic) if s["state"] != "COPY_SEGMENT_FINISHED"]
+    # The copy of the segments that rolled before the kill goes on after the restart: wait for
+    # it too (a segment seen COPY_SEGMENT_STARTED then is that copy, not a leftover).
+    wait_until(
+        lambda: (
+            all_gone(b, topic, cut)
+            and {s["state"] for s in segments(b, topic)} == {"COPY_SEGMENT_FINISHED"}
+        ),
+        what="the interrupted delete finished and every copy with it",
+    )
     off = Offsets(b.bootstrap, topic)
     assert off.earliest == cut  # the DeleteRecords survived the kill
     rc, out = verify(b, topic)
@@ -280,7 +283,7 @@ def test_sigkill_in_the_middle_of_a_topic_deletion_resumes_it(tiered_env):
 
     b = env.start(faults=True)
     wait_until(lambda: pending() == [], timeout=60, what="the pending deletion resumed and done")
-    assert f"resuming the remote deletion of {topic}" in _since_last_start(b)
+    assert f"resuming the remote deletion of {topic}" in b.log_since_start()
     assert env.store.topic_keys(topic, topic_id) == []  # nothing leaked
     assert history() == {
         p: ("DELETE_PARTITION_FINISHED", ["DELETE_SEGMENT_FINISHED"] * k)
@@ -306,12 +309,12 @@ def test_corrupt_metadata_cache_file_falls_back_to_the_topic(tiered_env):
         data[i] ^= 0xFF
     cache_file.write_bytes(bytes(data))
     b = env.start()
-    log = _since_last_start(b)
+    log = b.log_since_start()
     assert f"{topic}-0 ready: corrupt cache file, re-read" in log
     assert "after reading 0 records" not in log
     assert_same(sent, consume(b.bootstrap, topic, len(sent)))
     b = env.start()  # the file was rewritten at shutdown: loaded again
-    assert f"{topic}-0 ready: loaded from its cache file" in _since_last_start(b)
+    assert f"{topic}-0 ready: loaded from its cache file" in b.log_since_start()
 
 
 def test_corrupt_remote_index_cache_files_are_fetched_again(tiered_env):
@@ -336,7 +339,7 @@ def test_corrupt_remote_index_cache_files_are_fetched_again(tiered_env):
         path.write_bytes(bytes(data))
     b = env.start()
     assert_same(sent, consume(b.bootstrap, topic, len(sent)))
-    assert "corrupt" in _since_last_start(b)
+    assert "corrupt" in b.log_since_start()
 
 
 def test_remote_object_deleted_behind_our_back(tiered_env):
@@ -371,8 +374,8 @@ def test_remote_object_deleted_behind_our_back(tiered_env):
     r = fetch(b.bootstrap, [(topic, 0, victim["start_offset"] + 3), (topic, 1, 0)])
     assert r[(topic, 0)][:2] == (56, b"")
     assert r[(topic, 1)][0] == 0 and decode(r[(topic, 1)][1])
-    assert victim["segment_id"] in _since_last_start(b)  # the broker names the object
-    assert "`tierlog remote verify`" in _since_last_start(b)
+    assert victim["segment_id"] in b.log_since_start()  # the broker names the object
+    assert "`tierlog remote verify`" in b.log_since_start()
     # The segments around it still read fine.
     before = finished(b, topic, 0)[0]
     r = fetch(b.bootstrap, [(topic, 0, before["start_offset"])])
