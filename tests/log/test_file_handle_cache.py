@@ -231,3 +231,32 @@ def test_an_untrimmed_index_left_by_a_crash_is_read_only_up_to_its_first_hole(
             reopened.sanity_check()
         assert reopened.entry(2).offset == 3  # what was written reads back
         reopened.close_handler()
+
+
+def test_a_finalizer_run_by_the_gc_inside_an_eviction_never_waits(
+    small_cache: fhc.FileHandleCache, tmp_path: Path
+) -> None:
+    """The garbage collector runs finalizers at any allocation, also on a thread that holds
+    the cache's lock in the middle of an eviction: the finalizer must not wait for it (a
+    deadlock). It closes the descriptor; the cache drops the entry at its next eviction."""
+    records = FileRecords(tmp_path / "0.log")
+    fd = records.fd
+    done = threading.Event()
+
+    def gc_during_eviction() -> None:
+        with small_cache._lock:  # the eviction's hold of the cache lock
+            records._finalizer()  # what the collector would run here
+        done.set()
+
+    t = threading.Thread(target=gc_during_eviction, daemon=True)
+    t.start()
+    t.join(30)
+    assert done.is_set(), "the finalizer waited for the cache lock"
+    with pytest.raises(OSError):
+        os.fstat(fd)
+    assert len(small_cache) == 1  # left behind, already closed
+    small_cache.set_max_open(1)
+    others = [FileRecords(tmp_path / f"{i}.log") for i in range(1, 3)]
+    assert len(small_cache) == 1  # the closed entry went first
+    for r in others:
+        r.close()

@@ -213,9 +213,15 @@ def _first_hole(fd: int, length: int) -> int:
 
 
 def _forget_handle(handle: _MapHandle, cache: FileHandleCache) -> None:
-    cache.closed(handle)
-    with handle.lock:
-        handle.unmap()
+    """The finalizer of an index dropped without close(): unmap and leave the cache. It never
+    waits (see ``_finalize_handle`` in file_records.py): a lock it cannot take is held by an
+    eviction, which unmaps."""
+    if handle.lock.acquire(blocking=False):
+        try:
+            handle.unmap()
+        finally:
+            handle.lock.release()
+    cache.forget(handle)
 
 
 class AbstractIndex(ABC):

@@ -91,6 +91,17 @@ class FileHandleCache:
         with self._lock:
             self._lru.pop(id(handle), None)
 
+    def forget(self, handle: CachedHandle) -> None:
+        """:meth:`closed` for a finalizer, which the garbage collector may run on a thread
+        that holds this cache's lock (in the middle of an eviction): it never waits. Left
+        behind, the entry of an already closed handle is dropped by the next eviction
+        (``try_release`` of a closed handle succeeds)."""
+        if self._lock.acquire(blocking=False):
+            try:
+                self._lru.pop(id(handle), None)
+            finally:
+                self._lock.release()
+
     def _evict_over_budget(self, keep: CachedHandle | None) -> None:
         """Close idle handles from the oldest on until within budget: a handle used since the
         last sweep is moved to the young end instead (second chance), a busy one is skipped.

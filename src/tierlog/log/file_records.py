@@ -105,10 +105,19 @@ class _FdHandle(CachedHandle):
                 pass
 
 
-def _close_handle(handle: _FdHandle, cache: FileHandleCache) -> None:
-    cache.closed(handle)
-    with handle.lock:
-        handle._close()
+def _finalize_handle(handle: _FdHandle, cache: FileHandleCache) -> None:
+    """The finalizer: close the descriptor of a FileRecords nobody references any more.
+
+    The garbage collector may run it on any thread at any allocation, even one that holds the
+    cache's lock or this very handle's lock (an eviction in ``try_release``): it never waits.
+    When the handle's lock is taken, the holder can only be that eviction (no reader is left),
+    which closes the descriptor itself."""
+    if handle.lock.acquire(blocking=False):
+        try:
+            handle._close()
+        finally:
+            handle.lock.release()
+    cache.forget(handle)
 
 
 class FileRecords:
@@ -153,7 +162,7 @@ class FileRecords:
         handle = self._handle = _FdHandle(fd)
         with handle.lock:
             self._cache.opened(handle)
-        self._finalizer = weakref.finalize(self, _close_handle, handle, self._cache)
+        self._finalizer = weakref.finalize(self, _finalize_handle, handle, self._cache)
 
     # ------------------------------------------------------------------ the descriptor
 
@@ -299,7 +308,11 @@ class FileRecords:
         """Close the descriptor without flushing or trimming. Idempotent."""
         if not self._closed:
             self._closed = True
-            self._finalizer()
+            self._finalizer.detach()
+            h = self._handle
+            with h.lock:
+                h._close()
+            self._cache.closed(h)
 
     def rename_to(self, path: Path) -> None:
         """Rename the file; the descriptor stays valid.
