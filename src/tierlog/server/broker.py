@@ -226,15 +226,15 @@ def _budget_open_files(configured: int) -> None:
             raised = hard
         except (OSError, ValueError) as e:
             log.warning("cannot raise the open-files limit from %d to %d: %s", soft, hard, e)
-    elif hard == resource.RLIM_INFINITY:
-        raised = soft  # keep a finite soft limit: budgets are fractions of it
-    budget = configured if configured > 0 else max(16, raised // 2)
+    # No limit at all: budget as for Linux's usual hard limit (1,048,576).
+    limit = (1 << 20) if raised == resource.RLIM_INFINITY else raised
+    budget = configured if configured > 0 else max(16, limit // 2)
     file_handle_cache().set_max_open(budget)
     log.info(
-        "open files: soft limit %d (was %d), hard limit %s; segment files keep at most %d open "
+        "open files: soft limit %s (was %s), hard limit %s; segment files keep at most %d open "
         "(log.max.open.files)",
-        raised,
-        soft,
+        "unlimited" if raised == resource.RLIM_INFINITY else raised,
+        "unlimited" if soft == resource.RLIM_INFINITY else soft,
         "unlimited" if hard == resource.RLIM_INFINITY else hard,
         budget,
     )
