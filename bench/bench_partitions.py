@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
-import importlib
 import os
 import statistics
 import sys
@@ -40,16 +38,18 @@ sys.path.insert(0, str(ROOT))
 
 from bench.bench_broker import tansu_binary, tansu_broker  # noqa: E402
 from tests.broker_process import BrokerProcess  # noqa: E402
-from tests.integration.wire import WireClient, request_class  # noqa: E402
+from tests.integration.wire import (  # noqa: E402
+    WireClient,
+    create_topics,
+    fetch,
+    produce,
+    request_class,
+)
 
 from tierlog.records.default_records import build_batch  # noqa: E402
 
 QUICK = bool(os.environ.get("BENCH_QUICK"))
 T0 = 1_700_000_000_000
-
-
-def _module(cls: type[Any]) -> Any:
-    return importlib.import_module(cls.__module__)
 
 
 def rss_bytes(pid: int) -> int:
@@ -63,23 +63,10 @@ def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))  # noqa: PTH208 - a count, no paths needed
 
 
-def create_topics(c: WireClient, names: list[str], partitions: int) -> None:
-    cls = request_class(19, 5)
-    m = _module(cls)
-    req = cls(
-        topics=tuple(
-            m.CreatableTopic(
-                name=n, num_partitions=partitions, replication_factor=1, assignments=(), configs=()
-            )
-            for n in names
-        ),
-        timeout=datetime.timedelta(seconds=600),
-        validate_only=False,
-    )
-    resp = c.call(req)
-    bad = [(t.name, t.error_code) for t in resp.topics if t.error_code != 0]
+def create(c: WireClient, names: list[str], partitions: int) -> None:
+    bad = {n: e for n, e in create_topics(c, dict.fromkeys(names, partitions)).items() if e}
     if bad:
-        raise RuntimeError(f"CreateTopics failed: {bad[:5]}")
+        raise RuntimeError(f"CreateTopics failed: {list(bad.items())[:5]}")
 
 
 def metadata_all(c: WireClient) -> int:
@@ -91,53 +78,15 @@ def metadata_all(c: WireClient) -> int:
 
 
 def produce_one(c: WireClient, topic: str) -> None:
-    cls = request_class(0, 9)
-    m = _module(cls)
-    req = cls(
-        transactional_id=None,
-        acks=1,
-        timeout=datetime.timedelta(seconds=30),
-        topic_data=(
-            m.TopicProduceData(
-                name=topic,
-                partition_data=(
-                    m.PartitionProduceData(index=0, records=build_batch([(T0, b"k", b"v" * 100)])),
-                ),
-            ),
-        ),
-    )
-    resp = c.call(req)
-    code = resp.responses[0].partition_responses[0].error_code
+    code = produce(c, topic, [0], build_batch([(T0, b"k", b"v" * 100)]))[0]
     if code != 0:
         raise RuntimeError(f"produce failed: {code}")
 
 
 def fetch_one(c: WireClient, topic: str) -> None:
-    cls = request_class(1, 12)
-    m = _module(cls)
-    req = cls(
-        replica_id=-1,
-        max_wait=datetime.timedelta(milliseconds=0),
-        min_bytes=0,
-        max_bytes=1 << 20,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=(
-            m.FetchTopic(
-                topic=topic,
-                partitions=(
-                    m.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20),
-                ),
-            ),
-        ),
-        forgotten_topics_data=(),
-        rack_id="",
-    )
-    resp = c.call(req)
-    p = resp.responses[0].partitions[0]
-    if p.error_code != 0 or not p.records:
-        raise RuntimeError(f"fetch failed: {p.error_code}")
+    code, records = fetch(c, topic, [0], partition_max_bytes=1 << 20)[0]
+    if code != 0 or not records:
+        raise RuntimeError(f"fetch failed: {code}")
 
 
 def median_ms(fn: Any, n: int) -> float:
@@ -180,7 +129,7 @@ def run_steps(
     created = 0
     topic_no = 0
     try:
-        create_topics(c, ["probe"], 1)
+        create(c, ["probe"], 1)
         produce_one(c, "probe")
         for step in steps:
             t = time.perf_counter()
@@ -190,7 +139,7 @@ def run_steps(
                 while len(names) < batch_topics and created + len(names) * per_topic < step:
                     names.append(f"t{topic_no:06d}")
                     topic_no += 1
-                create_topics(c, names, per_topic)
+                create(c, names, per_topic)
                 created += len(names) * per_topic
                 added += len(names) * per_topic
             create_ms = (time.perf_counter() - t) * 1000 / max(added, 1)

@@ -7,16 +7,13 @@ request's error code, that the other partitions keep serving, and that the broke
 
 from __future__ import annotations
 
-import datetime
-import importlib
 import time
 from pathlib import Path
-from typing import Any
 
 from tests import real_parts
 from tests.integration.clients import cf_consume
 from tests.integration.conftest import BrokerProcess, running_broker
-from tests.integration.wire import WireClient, request_class
+from tests.integration.wire import WireClient, create_topics, delete_topics, fetch, produce
 from tierlog.records import build_batch
 from tierlog.records.record_batch import iter_headers
 
@@ -24,90 +21,13 @@ KAFKA_STORAGE_ERROR = 56
 T0 = 1_700_000_000_000
 
 
-def _module(cls: type[Any]) -> Any:
-    return importlib.import_module(cls.__module__)
+def record(value: bytes) -> bytes:
+    return build_batch([(T0, b"k", value)])
 
 
-def create_topics(c: WireClient, topics: dict[str, int], **configs: str) -> dict[str, int]:
-    """CreateTopics v5 over one connection: each topic's error code."""
-    cls = request_class(19, 5)
-    m = _module(cls)
-    req = cls(
-        topics=tuple(
-            m.CreatableTopic(
-                name=name,
-                num_partitions=n,
-                replication_factor=1,
-                assignments=(),
-                configs=tuple(m.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()),
-            )
-            for name, n in topics.items()
-        ),
-        timeout=datetime.timedelta(seconds=30),
-        validate_only=False,
-    )
-    resp = c.call(req)
-    return {t.name: t.error_code for t in resp.topics}
-
-
-def produce(c: WireClient, topic: str, partitions: range, value: bytes) -> dict[int, int]:
-    """One record to each partition (Produce v9, acks=1): each partition's error code."""
-    cls = request_class(0, 9)
-    m = _module(cls)
-    batch = build_batch([(T0, b"k", value)])
-    req = cls(
-        transactional_id=None,
-        acks=1,
-        timeout=datetime.timedelta(seconds=30),
-        topic_data=(
-            m.TopicProduceData(
-                name=topic,
-                partition_data=tuple(
-                    m.PartitionProduceData(index=p, records=batch) for p in partitions
-                ),
-            ),
-        ),
-    )
-    resp = c.call(req)
-    return {p.index: p.error_code for t in resp.responses for p in t.partition_responses}
-
-
-def fetch(c: WireClient, topic: str, partitions: range) -> dict[int, tuple[int, int]]:
-    """Fetch v12 from offset 0: each partition's (error code, number of batches)."""
-    cls = request_class(1, 12)
-    m = _module(cls)
-    req = cls(
-        replica_id=-1,
-        max_wait=datetime.timedelta(milliseconds=0),
-        min_bytes=0,
-        max_bytes=1 << 20,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=(
-            m.FetchTopic(
-                topic=topic,
-                partitions=tuple(
-                    m.FetchPartition(partition=p, fetch_offset=0, partition_max_bytes=1 << 16)
-                    for p in partitions
-                ),
-            ),
-        ),
-        forgotten_topics_data=(),
-        rack_id="",
-    )
-    resp = c.call(req)
-    return {
-        p.partition_index: (p.error_code, len(list(iter_headers(bytes(p.records or b"")))))
-        for t in resp.responses
-        for p in t.partitions
-    }
-
-
-def delete_topics(c: WireClient, names: list[str]) -> dict[str, int]:
-    cls = request_class(20, 4)
-    resp = c.call(cls(topic_names=tuple(names), timeout=datetime.timedelta(seconds=30)))
-    return {r.name: r.error_code for r in resp.responses}
+def batches(results: dict[int, tuple[int, bytes]]) -> dict[int, tuple[int, int]]:
+    """Fetch results as (error code, number of batches) per partition."""
+    return {p: (code, len(list(iter_headers(records)))) for p, (code, records) in results.items()}
 
 
 def values_of(bootstrap: str, topic: str, count: int, per_partition: int = 1) -> list[bytes]:
@@ -130,7 +50,9 @@ def test_many_partitions_in_a_low_open_files_limit(tmp_path: Path) -> None:
         try:
             assert create_topics(c, topics) == dict.fromkeys(topics, 0)
             for name, n in topics.items():
-                assert produce(c, name, range(n), name.encode()) == dict.fromkeys(range(n), 0)
+                assert produce(c, name, range(n), record(name.encode())) == dict.fromkeys(
+                    range(n), 0
+                )
         finally:
             c.close()
         assert b.open_fds() <= 300
@@ -172,7 +94,9 @@ def test_running_out_of_descriptors_fails_the_create_not_the_broker(tmp_path: Pa
             if code == 0:
                 created.append(name)
                 if i == 0:
-                    assert produce(c, name, range(10), b"before") == dict.fromkeys(range(10), 0)
+                    assert produce(c, name, range(10), record(b"before")) == dict.fromkeys(
+                        range(10), 0
+                    )
                 continue
             assert code == KAFKA_STORAGE_ERROR, f"{name}: error {code}"
             failed = name
@@ -183,10 +107,10 @@ def test_running_out_of_descriptors_fails_the_create_not_the_broker(tmp_path: Pa
         assert "Too many open files" in log
         assert "offline" not in log
         # Reads need no new descriptor: they keep serving while none is left.
-        assert fetch(c, created[0], range(10)) == dict.fromkeys(range(10), (0, 1))
+        assert batches(fetch(c, created[0], range(10))) == dict.fromkeys(range(10), (0, 1))
         # A delete gives descriptors back; produce (which may need one) works again.
         assert delete_topics(c, [created[-1]]) == {created[-1]: 0}
-        assert produce(c, created[0], range(10), b"after") == dict.fromkeys(range(10), 0)
+        assert produce(c, created[0], range(10), record(b"after")) == dict.fromkeys(range(10), 0)
         c.close()
         b.stop()
         # The default budget (half the limit) loads every log within the limit.
@@ -230,7 +154,7 @@ def test_a_full_disk_fails_produce_with_a_storage_error_and_reads_go_on(tmp_path
             acked = 0
             codes: dict[int, int] = {}
             for _ in range(200):
-                codes = produce(c, "full", range(1), value)
+                codes = produce(c, "full", range(1), record(value))
                 if codes[0] != 0:
                     break
                 acked += 1
@@ -247,7 +171,7 @@ def test_a_full_disk_fails_produce_with_a_storage_error_and_reads_go_on(tmp_path
             c = WireClient(b.bootstrap, timeout=60)
             assert delete_topics(c, ["full"]) == {"full": 0}
             deadline = time.monotonic() + 60
-            while produce(c, "filler", range(1), b"x" * 1000) != {0: 0}:
+            while produce(c, "filler", range(1), record(b"x" * 1000)) != {0: 0}:
                 assert time.monotonic() < deadline, "produce never worked again after the delete"
                 time.sleep(0.1)
             c.close()

@@ -6,9 +6,12 @@ codec rather than sharing its bugs.
 
 from __future__ import annotations
 
+import datetime
+import importlib
 import io
 import socket
 import struct
+from collections.abc import Iterable
 from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
@@ -101,3 +104,96 @@ class WireClient:
 
     def close(self) -> None:
         self.sock.close()
+
+
+# ---------------------------------------------------------------------------- a few requests
+# One connection, kio entities: for tests and benches that need an exact request (a batch of
+# CreateTopics, a Produce to chosen partitions) and each partition's own error code back.
+
+
+def _module(cls: type[Any]) -> Any:
+    return importlib.import_module(cls.__module__)
+
+
+def create_topics(c: WireClient, topics: dict[str, int], **configs: str) -> dict[str, int]:
+    """CreateTopics v5 of ``{name: partitions}`` (replication 1): each topic's error code."""
+    cls = request_class(19, 5)
+    m = _module(cls)
+    req = cls(
+        topics=tuple(
+            m.CreatableTopic(
+                name=name,
+                num_partitions=n,
+                replication_factor=1,
+                assignments=(),
+                configs=tuple(m.CreatableTopicConfig(name=k, value=v) for k, v in configs.items()),
+            )
+            for name, n in topics.items()
+        ),
+        timeout=datetime.timedelta(seconds=600),
+        validate_only=False,
+    )
+    return {t.name: t.error_code for t in c.call(req).topics}
+
+
+def delete_topics(c: WireClient, names: list[str]) -> dict[str, int]:
+    """DeleteTopics v4: each topic's error code."""
+    cls = request_class(20, 4)
+    resp = c.call(cls(topic_names=tuple(names), timeout=datetime.timedelta(seconds=30)))
+    return {r.name: r.error_code for r in resp.responses}
+
+
+def produce(c: WireClient, topic: str, partitions: Iterable[int], batch: bytes) -> dict[int, int]:
+    """Produce v9 (acks=1) of ``batch`` to each partition: each partition's error code."""
+    cls = request_class(0, 9)
+    m = _module(cls)
+    req = cls(
+        transactional_id=None,
+        acks=1,
+        timeout=datetime.timedelta(seconds=30),
+        topic_data=(
+            m.TopicProduceData(
+                name=topic,
+                partition_data=tuple(
+                    m.PartitionProduceData(index=p, records=batch) for p in partitions
+                ),
+            ),
+        ),
+    )
+    resp = c.call(req)
+    return {p.index: p.error_code for t in resp.responses for p in t.partition_responses}
+
+
+def fetch(
+    c: WireClient, topic: str, partitions: Iterable[int], *, partition_max_bytes: int = 1 << 16
+) -> dict[int, tuple[int, bytes]]:
+    """Fetch v12 from offset 0, no wait: each partition's (error code, records)."""
+    cls = request_class(1, 12)
+    m = _module(cls)
+    req = cls(
+        replica_id=-1,
+        max_wait=datetime.timedelta(milliseconds=0),
+        min_bytes=0,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=(
+            m.FetchTopic(
+                topic=topic,
+                partitions=tuple(
+                    m.FetchPartition(
+                        partition=p, fetch_offset=0, partition_max_bytes=partition_max_bytes
+                    )
+                    for p in partitions
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
+    return {
+        p.partition_index: (p.error_code, bytes(p.records or b""))
+        for t in c.call(req).responses
+        for p in t.partitions
+    }
