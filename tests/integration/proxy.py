@@ -14,7 +14,7 @@ import struct
 import threading
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
+def recv_exact_or_none(sock: socket.socket, n: int) -> bytes | None:
     buf = bytearray()
     while len(buf) < n:
         try:
@@ -69,11 +69,11 @@ class FaultyProxy:
 
     def _up(self, client: socket.socket, upstream: socket.socket, api_keys: dict[int, int]) -> None:
         while True:
-            head = _recv_exact(client, 4)
+            head = recv_exact_or_none(client, 4)
             if head is None:
                 break
             (size,) = struct.unpack(">i", head)
-            body = _recv_exact(client, size)
+            body = recv_exact_or_none(client, size)
             if body is None:
                 break
             api_key, _version, correlation_id = struct.unpack_from(">hhi", body)
@@ -88,11 +88,11 @@ class FaultyProxy:
         self, upstream: socket.socket, client: socket.socket, api_keys: dict[int, int]
     ) -> None:
         while True:
-            head = _recv_exact(upstream, 4)
+            head = recv_exact_or_none(upstream, 4)
             if head is None:
                 break
             (size,) = struct.unpack(">i", head)
-            body = _recv_exact(upstream, size)
+            body = recv_exact_or_none(upstream, size)
             if body is None:
                 break
             (correlation_id,) = struct.unpack_from(">i", body)

@@ -42,6 +42,7 @@ from kio.schema.response_header.v1.header import ResponseHeader
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i32
 
+from tests.integration.proxy import recv_exact_or_none
 from tests.spark.conftest import BrokerProcess, create_topic, produce
 from tierlog.errors import ApiError, for_code
 from tierlog.spark.options import SourceOptions, parse_source_options
@@ -77,19 +78,6 @@ class Fetched:
     max_bytes: int
     error_code: int
     records: int  # bytes of records answered
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
-    buf = bytearray()
-    while len(buf) < n:
-        try:
-            chunk = sock.recv(n - len(buf))
-        except OSError:
-            return None
-        if not chunk:
-            return None
-        buf += chunk
-    return bytes(buf)
 
 
 def _close(*socks: socket.socket) -> None:
@@ -172,8 +160,8 @@ class RewritingProxy:
         upstream: socket.socket,
         pending: dict[int, tuple[int, int, FetchRequest | None]],
     ) -> None:
-        while (head := _recv_exact(client, 4)) is not None:
-            frame = _recv_exact(client, struct.unpack(">i", head)[0])
+        while (head := recv_exact_or_none(client, 4)) is not None:
+            frame = recv_exact_or_none(client, struct.unpack(">i", head)[0])
             if frame is None:
                 break
             header, hlen = _read_request_header(frame, 0)
@@ -195,8 +183,8 @@ class RewritingProxy:
         pending: dict[int, tuple[int, int, FetchRequest | None]],
         up: threading.Thread,
     ) -> None:
-        while (head := _recv_exact(upstream, 4)) is not None:
-            frame = _recv_exact(upstream, struct.unpack(">i", head)[0])
+        while (head := recv_exact_or_none(upstream, 4)) is not None:
+            frame = recv_exact_or_none(upstream, struct.unpack(">i", head)[0])
             if frame is None:
                 break
             (correlation_id,) = struct.unpack_from(">i", frame)
