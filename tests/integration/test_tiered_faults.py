@@ -27,6 +27,7 @@ from tests.integration.tiered_support import (
     Offsets,
     all_gone,
     assert_same,
+    at_rest,
     consume,
     decode,
     fetch,
@@ -243,10 +244,15 @@ def test_sigkill_in_the_middle_of_a_topic_deletion_resumes_it(tiered_env):
     b = env.start(faults=True)
     topic = "killtopicdelete"
     _tier(b, topic, 1500, partitions=2)
+    # Tiering at rest before anything is counted: a copy finishing between the two counts
+    # below made them disagree (seen twice in full runs).
     for p in (0, 1):
         wait_until(
-            lambda p=p: {s["state"] for s in segments(b, topic, p)} == {"COPY_SEGMENT_FINISHED"},
-            what=f"{topic}-{p} copies finished",
+            lambda p=p: (
+                at_rest(b, topic, p, local_retention_bytes=1)
+                and {s["state"] for s in segments(b, topic, p)} == {"COPY_SEGMENT_FINISHED"}
+            ),
+            what=f"{topic}-{p} tiered and at rest",
         )
     (topic_id,) = {p["topic_id"] for p in remote_ls(b, topic)}
     tiered_segments = {p: len(segments(b, topic, p)) for p in (0, 1)}
