@@ -17,6 +17,7 @@ Built-in ``ValueError``/``TypeError`` are for caller bugs only.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 
@@ -333,6 +334,17 @@ class InvalidRecord(ApiError):
     error_code = 87
     description = "This record has failed the validation on broker and hence will be rejected."
 
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        record_errors: Sequence[tuple[int, str | None]] = (),
+    ) -> None:
+        """``record_errors``: (index of the record in its batch, message) pairs, the Produce
+        response's ``record_errors`` (Kafka's ``RecordError``)."""
+        super().__init__(message)
+        self.record_errors = tuple(record_errors)
+
 
 class UnknownTopicId(ApiError):
     error_code = 100
@@ -401,6 +413,12 @@ class CorruptCheckpointError(StorageError):
 
 class InconsistentLogDirError(StorageError):
     """A log dir's ``meta.properties`` names another node or cluster, or is malformed."""
+
+
+class LogCleaningAbortedError(StorageError):
+    """A log's cleaning stopped before its swap: the log changed under the cleaner (segments
+    deleted or truncated, the log closed or deleted) or the cleaner is shutting down. The
+    cleaned files are dropped; the log is as before (Kafka's LogCleaningAbortedException)."""
 
 
 class LogSegmentOffsetOverflowError(StorageError):

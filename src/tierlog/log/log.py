@@ -36,6 +36,7 @@ from tierlog.errors import (
     CorruptCheckpointError,
     InconsistentTopicId,
     InvalidRecord,
+    LogCleaningAbortedError,
     OffsetOutOfRange,
     RecordListTooLarge,
 )
@@ -59,6 +60,7 @@ from tierlog.log.log_validator import (
     append_info,
     assign_offsets_in_place,
     to_batch_header,
+    validate_keys,
 )
 from tierlog.log.partition_metadata_file import PartitionMetadataFile
 from tierlog.log.producer_state_manager import ProducerStateManager
@@ -429,6 +431,8 @@ class Log:
         batches, records_count, has_producer_ids = analyze_and_validate_records(
             records, size, config, origin_client, now
         )
+        if config.compact and origin_client:
+            validate_keys(records, batches, f"{self._topic}-{self._partition}")
         if size > config.segment_size:
             raise RecordListTooLarge(
                 f"message batch size is {size} bytes which exceeds the maximum configured "
@@ -968,6 +972,72 @@ class Log:
                 raise OffsetOutOfRange(f"cannot delete records before negative offset {offset}")
             self._maybe_increment_log_start_offset(offset)
             return self._log_start_offset
+
+    # ================================================================== compaction
+
+    def non_active_log_segments_from(self, offset: int) -> tuple[LogSegment, ...]:
+        """Segments from the one holding ``offset`` up to, not including, the active one."""
+        snapshot = self._segments.snapshot()
+        segments = snapshot.segments
+        start = max(0, snapshot.floor_index(offset))
+        return segments[start : len(segments) - 1]
+
+    def last_records_of_active_producers(self) -> dict[int, tuple[int, int]]:
+        """producer id -> (last data offset, producer epoch) of every producer with state
+        (Kafka's ``lastRecordsOfActiveProducers``): the log cleaner keeps the batch holding a
+        producer's last data offset, even when it empties it."""
+        with self._lock:
+            return {
+                pid: (entry.last_data_offset, entry.producer_epoch)
+                for pid, entry in self.producer_state_manager.active_producers.items()
+            }
+
+    def replace_segments(
+        self, new_segments: list[LogSegment], old_segments: list[LogSegment]
+    ) -> None:
+        """Swap cleaned segments in for the segments they were cleaned from (Kafka's
+        ``replaceSegments``), crash-safe in Kafka's order:
+
+        1. each new segment's files go from ``.cleaned`` to ``.swap`` (log file first): a
+           ``.log.swap`` without ``.cleaned`` files at or below its offset is complete;
+        2. the segment list is replaced in one copy-on-write step: readers see the old
+           segments or the new ones, never a mix;
+        3. the old segments' files are renamed to ``.deleted`` and deleted (readers holding
+           them keep reading the unlinked files);
+        4. ``.swap`` becomes the final name.
+
+        A crash before 1 completes leaves ``.cleaned`` files that loading deletes (the log
+        reads as before); a crash after leaves ``.swap`` files that loading completes (the log
+        reads as after). See :mod:`tierlog.log.log_loader`.
+
+        Raises:
+            LogCleaningAbortedError: an old segment is no longer in the log (retention or a
+                truncation removed it meanwhile) or the log is closed; nothing was renamed.
+            OSError: a rename failed.
+        """
+        new_sorted = sorted(new_segments, key=lambda s: s.base_offset)
+        with self._lock:
+            if self._closed:
+                raise LogCleaningAbortedError(f"{self} is closed")
+            for segment in old_segments:
+                if self._segments.get(segment.base_offset) is not segment:
+                    raise LogCleaningAbortedError(
+                        f"segment {segment.base_offset} of {self} changed while it was cleaned"
+                    )
+            for segment in reversed(new_sorted):
+                segment.change_file_suffixes(lfu.CLEANED_FILE_SUFFIX, lfu.SWAP_FILE_SUFFIX)
+            lfu.fsync_dir(self._dir)
+            self._segments.replace(new_sorted, [s.base_offset for s in old_segments])
+            # Positions inside the old segments are gone with them.
+            self._hw_metadata = None
+            for segment in old_segments:
+                segment.change_file_suffixes("", lfu.DELETED_FILE_SUFFIX)
+            lfu.fsync_dir(self._dir)
+            for segment in old_segments:
+                segment.delete_if_exists()
+            for segment in new_sorted:
+                segment.change_file_suffixes(lfu.SWAP_FILE_SUFFIX, "")
+            lfu.fsync_dir(self._dir)
 
     # ================================================================== truncation
 

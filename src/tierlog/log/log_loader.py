@@ -3,9 +3,14 @@
 Steps, in Kafka's order:
 
 1. Remove leftovers of interrupted operations: ``*.deleted`` (asynchronous deletes),
-   ``*.cleaned`` and ``*.swap`` (log compaction -- tierlog never compacts, so a swap file
-   cannot be a completed compaction of ours and is dropped), ``*.tmp`` (checkpoints being
-   written), and index files whose ``.log`` is gone.
+   ``*.cleaned`` (a clean that had not finished writing), ``*.tmp`` (checkpoints being
+   written), and index files whose ``.log`` is gone. Complete an interrupted swap of the log
+   cleaner (see :meth:`Log.replace_segments <tierlog.log.log.Log.replace_segments>`), as
+   Kafka does: a ``.swap`` file at or above the lowest ``.cleaned`` offset is part of an
+   unfinished group and is deleted (the old segments are all still there); every other
+   ``<B>.log.swap`` is complete, so the segment files with a base offset in [B, its next
+   offset) -- the old segments it replaces -- are deleted and the ``.swap`` files renamed to
+   their final names. Either way the log reads as before or as after the clean.
 2. Open every ``<offset>.log`` as a segment. A missing or corrupt index (failed sanity check)
    marks the segment for recovery, which rebuilds it.
 3. Unclean shutdown: recover every segment from the one holding the recovery point on --
@@ -35,6 +40,7 @@ from pathlib import Path
 
 from tierlog.errors import CorruptIndexError
 from tierlog.log import log_file_utils as lfu
+from tierlog.log.file_records import FileRecords
 from tierlog.log.leader_epoch_file_cache import LeaderEpochFileCache
 from tierlog.log.log_config import LogConfig
 from tierlog.log.log_segment import LogSegment, wall_clock_ms
@@ -55,8 +61,13 @@ log = logging.getLogger(__name__)
 _LEFTOVER_SUFFIXES = (
     lfu.DELETED_FILE_SUFFIX,
     lfu.CLEANED_FILE_SUFFIX,
-    lfu.SWAP_FILE_SUFFIX,
     lfu.TMP_FILE_SUFFIX,
+)
+_SEGMENT_SUFFIXES = (
+    lfu.LOG_FILE_SUFFIX,
+    lfu.INDEX_FILE_SUFFIX,
+    lfu.TIME_INDEX_FILE_SUFFIX,
+    lfu.TXN_INDEX_FILE_SUFFIX,
 )
 _INDEX_SUFFIXES = (lfu.INDEX_FILE_SUFFIX, lfu.TIME_INDEX_FILE_SUFFIX, lfu.TXN_INDEX_FILE_SUFFIX)
 
@@ -155,9 +166,74 @@ class LogLoader:
 
     # ------------------------------------------------------------------ steps
 
+    def _complete_swaps(self) -> None:
+        """Kafka's swap recovery (see the module docstring): delete leftover ``.cleaned``
+        files and the ``.swap`` files they invalidate, delete the segments a complete swap
+        replaces, then rename the ``.swap`` files."""
+        with os.scandir(self.dir) as entries:
+            names = [e.name for e in entries if e.is_file()]
+        min_cleaned = None
+        swaps: list[str] = []
+        for name in names:
+            if name.endswith(lfu.CLEANED_FILE_SUFFIX):
+                try:
+                    offset = lfu.offset_from_file_name(name)
+                except ValueError:
+                    continue
+                min_cleaned = offset if min_cleaned is None else min(min_cleaned, offset)
+                log.info("%s: deleting unfinished cleaned file %s", self.dir, name)
+                (self.dir / name).unlink(missing_ok=True)
+            elif name.endswith(lfu.SWAP_FILE_SUFFIX):
+                swaps.append(name)
+        if not swaps:
+            return
+        valid: list[str] = []
+        for name in swaps:
+            try:
+                offset = lfu.offset_from_file_name(name)
+            except ValueError:
+                continue
+            if min_cleaned is not None and offset >= min_cleaned:
+                log.info("%s: deleting swap file %s of an unfinished clean", self.dir, name)
+                (self.dir / name).unlink(missing_ok=True)
+            else:
+                valid.append(name)
+        # The offsets the complete swaps cover: [base, next offset of the swapped log).
+        ranges: list[tuple[int, int]] = []
+        for name in valid:
+            if name.endswith(lfu.LOG_FILE_SUFFIX + lfu.SWAP_FILE_SUFFIX):
+                base = lfu.offset_from_file_name(name)
+                records = FileRecords(self.dir / name, file_already_exists=True)
+                try:
+                    next_offset = base
+                    for header in records.batches_from(0, buffer_size=1 << 20):
+                        next_offset = header.next_offset
+                finally:
+                    records.close_handlers()
+                ranges.append((base, max(next_offset, base + 1)))
+        if ranges:
+            low = min(r[0] for r in ranges)
+            high = max(r[1] for r in ranges)
+            for name in names:
+                if not name.endswith(_SEGMENT_SUFFIXES):
+                    continue
+                try:
+                    offset = lfu.offset_from_file_name(name)
+                except ValueError:
+                    continue
+                if low <= offset < high:
+                    log.info("%s: deleting %s, replaced by a cleaned segment", self.dir, name)
+                    (self.dir / name).unlink(missing_ok=True)
+        for name in valid:
+            final = name[: -len(lfu.SWAP_FILE_SUFFIX)]
+            log.info("%s: completing the swap of %s", self.dir, final)
+            (self.dir / name).replace(self.dir / final)
+        lfu.fsync_dir(self.dir)
+
     def _remove_temp_files(self) -> tuple[list[str], set[str]]:
         """Delete leftovers and orphan indexes; returns the names of the ``.log`` files and
         of every file kept."""
+        self._complete_swaps()
         log_files: list[str] = []
         others: list[str] = []
         with os.scandir(self.dir) as entries:

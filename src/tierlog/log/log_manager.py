@@ -65,6 +65,7 @@ from tierlog.errors import (
 from tierlog.log import log_file_utils as lfu
 from tierlog.log.checkpoint_file import OffsetCheckpointFile
 from tierlog.log.log import Log
+from tierlog.log.log_cleaner import CleanerConfig, LogCleaner
 from tierlog.log.log_config import LONG_MAX, TOPIC_CONFIGS, LogConfig
 from tierlog.log.partition_metadata_file import (
     PartitionMetadataFile,
@@ -189,6 +190,7 @@ class LogManager:
         recovery_threads_per_data_dir: int = 2,
         remote_log_storage_system_enable: bool = False,
         time_ms: Callable[[], int] = wall_clock_ms,
+        cleaner_config: CleanerConfig | None = None,
     ) -> None:
         """
         Args:
@@ -199,6 +201,8 @@ class LogManager:
             remote_log_storage_system_enable: the broker flag a topic's
                 ``remote.storage.enable=true`` needs.
             time_ms: the clock (injectable for tests).
+            cleaner_config: the ``log.cleaner.*`` settings; None or ``enable_cleaner=False``
+                runs no log cleaner (compacted topics are then not compacted).
         """
         dirs = [Path(d) for d in log_dirs]
         if not dirs:
@@ -234,6 +238,9 @@ class LogManager:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._started = False
+        self._cleaner_config = cleaner_config
+        #: The log cleaner (Kafka's LogCleaner), started with the manager when enabled.
+        self.cleaner: LogCleaner | None = None
 
     # ----------------------------------------------------------------- properties
 
@@ -291,6 +298,11 @@ class LogManager:
             self._started = True
         self._thread = threading.Thread(target=self._run, name="tierlog-log-manager", daemon=True)
         self._thread.start()
+        if self._cleaner_config is not None and self._cleaner_config.enable_cleaner:
+            self.cleaner = LogCleaner(
+                self._cleaner_config, self._log_dirs, lambda: self._logs, time_ms=self._time_ms
+            )
+            self.cleaner.startup()
 
     def shutdown(self) -> None:
         """Stop the background thread, flush and close every log, write the checkpoints and
@@ -301,6 +313,9 @@ class LogManager:
             self._started = False
         self._stopping.set()
         self._wakeup.set()
+        if self.cleaner is not None:
+            self.cleaner.shutdown()
+            self.cleaner = None
         if self._thread is not None:
             self._thread.join()
             self._thread = None
@@ -915,6 +930,8 @@ class LogManager:
             d = dirs.pop((topic, p), None)
             if lg is None or d is None:
                 continue
+            if self.cleaner is not None:
+                self.cleaner.abort_cleaning((topic, p))
             try:
                 lg.close()
             except OSError as e:

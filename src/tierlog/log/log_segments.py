@@ -113,6 +113,18 @@ class LogSegments:
             self._snapshot = SegmentsSnapshot(kept)
         return removed
 
+    def replace(self, new_segments: list[LogSegment], old_base_offsets: list[int]) -> None:
+        """Remove the segments at ``old_base_offsets`` and add ``new_segments`` (which may
+        reuse those base offsets) in one new snapshot: readers see all old or all new."""
+        wanted = set(old_base_offsets)
+        with self._write_lock:
+            kept = [s for s in self._snapshot.segments if s.base_offset not in wanted]
+            new_offsets = {s.base_offset for s in new_segments}
+            kept = [s for s in kept if s.base_offset not in new_offsets]
+            kept.extend(new_segments)
+            kept.sort(key=lambda s: s.base_offset)
+            self._snapshot = SegmentsSnapshot(tuple(kept))
+
     def clear(self) -> list[LogSegment]:
         """Remove every segment; returns them."""
         with self._write_lock:

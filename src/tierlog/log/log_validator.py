@@ -58,6 +58,7 @@ __all__ = [
     "assign_offsets_in_place",
     "check_timestamps",
     "to_batch_header",
+    "validate_keys",
 ]
 
 _MIN_BATCH_LENGTH = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD
@@ -162,6 +163,8 @@ class AppendConfig(NamedTuple):
     flush_interval: int
     timestamp_before_max_ms: int
     timestamp_after_max_ms: int
+    #: cleanup.policy includes compact: every record needs a key (see validate_keys).
+    compact: bool = False
 
     @classmethod
     def of(cls, config: LogConfig) -> AppendConfig:
@@ -173,6 +176,7 @@ class AppendConfig(NamedTuple):
             config.flush_interval,
             int(config.get("message.timestamp.before.max.ms")),
             int(config.get("message.timestamp.after.max.ms")),
+            config.compact,
         )
 
 
@@ -334,3 +338,34 @@ def assign_offsets_in_place(
             max_timestamp = batch_max_timestamp
             offset_of_max_timestamp = offset - 1
     return max_timestamp, offset_of_max_timestamp, offset - 1
+
+
+def validate_keys(
+    records: bytes | bytearray | memoryview, batches: list[BatchFields], topic_partition: str
+) -> None:
+    """Kafka's ``LogValidator.validateKey``: a compacted topic refuses records without a key.
+
+    The only place the append path decodes records, and only for compacted topics (the caller
+    checks ``AppendConfig.compact``): batches are decompressed (bounded) and every record is
+    looked at. Every offending record is reported with its index in its batch, as the
+    ``record_errors`` of the Produce response.
+
+    Raises:
+        InvalidRecord: a record without a key (``record_errors`` lists them).
+        CorruptRecordError, UnsupportedCompressionType: records that cannot be decoded.
+    """
+    from tierlog.records.default_records import read_records
+
+    message = (
+        f"Compacted topic cannot accept message without key in topic partition {topic_partition}."
+    )
+    record_errors: list[tuple[int, str | None]] = []
+    for fields in batches:
+        if fields[13] == 0:
+            continue
+        header = to_batch_header(fields)
+        for index, record in enumerate(read_records(records, header, bounded=True)):
+            if record.key is None:
+                record_errors.append((index, message))
+    if record_errors:
+        raise InvalidRecord(message, record_errors=record_errors)

@@ -54,6 +54,7 @@ from tierlog.records.record_batch import (
     CRC_OFFSET,
     CRC_START,
     CURRENT_MAGIC,
+    DELETE_HORIZON_FLAG_MASK,
     HEADER_STRUCT,
     LOG_OVERHEAD,
     RECORD_BATCH_OVERHEAD,
@@ -73,6 +74,7 @@ __all__ = [
     "Record",
     "RecordBatchBuilder",
     "build_batch",
+    "build_empty_batch",
     "decode_records",
     "iter_records",
     "read_records",
@@ -129,7 +131,11 @@ class RecordBatchBuilder:
     """Accumulates records and writes one complete magic-2 batch with a valid CRC-32C.
 
     Offset deltas count up from 0 unless given; the first record's timestamp becomes
-    baseTimestamp. Not thread-safe; :meth:`build` may be called repeatedly (it is pure).
+    baseTimestamp, except with ``delete_horizon_ms`` (KIP-534: the log cleaner marks a batch
+    holding tombstones with the time after which they may be removed), which sets the
+    hasDeleteHorizonMs attribute and becomes baseTimestamp itself; record timestamps stay
+    exact (their deltas are relative to it, negative ones too). Not thread-safe; :meth:`build`
+    may be called repeatedly (it is pure).
     """
 
     __slots__ = (
@@ -140,6 +146,7 @@ class RecordBatchBuilder:
         "_buf",
         "_compression_type",
         "_count",
+        "_fixed_base_timestamp",
         "_last_offset_delta",
         "_max_timestamp",
         "_partition_leader_epoch",
@@ -159,6 +166,7 @@ class RecordBatchBuilder:
         is_transactional: bool = False,
         is_control: bool = False,
         timestamp_type: int = 0,
+        delete_horizon_ms: int = -1,
     ) -> None:
         """Raises:
         UnsupportedCompressionType: unknown ``compression_type``.
@@ -175,6 +183,8 @@ class RecordBatchBuilder:
             attributes |= TRANSACTIONAL_FLAG_MASK
         if is_control:
             attributes |= CONTROL_FLAG_MASK
+        if delete_horizon_ms >= 0:
+            attributes |= DELETE_HORIZON_FLAG_MASK
         self._attributes = attributes
         self._compression_type = compression_type
         self._base_offset = base_offset
@@ -185,7 +195,8 @@ class RecordBatchBuilder:
         self._buf = bytearray()
         self._count = 0
         self._last_offset_delta = -1
-        self._base_timestamp = 0
+        self._fixed_base_timestamp = delete_horizon_ms >= 0
+        self._base_timestamp = delete_horizon_ms if delete_horizon_ms >= 0 else 0
         self._max_timestamp = -1
 
     def __len__(self) -> int:
@@ -222,7 +233,8 @@ class RecordBatchBuilder:
                 f"offset_delta {offset_delta} does not follow {self._last_offset_delta}"
             )
         if self._count == 0:
-            self._base_timestamp = timestamp
+            if not self._fixed_base_timestamp:
+                self._base_timestamp = timestamp
             self._max_timestamp = timestamp
         elif timestamp > self._max_timestamp:
             self._max_timestamp = timestamp
@@ -256,6 +268,19 @@ class RecordBatchBuilder:
         self._count += 1
         self._last_offset_delta = offset_delta
         return self._base_offset + offset_delta
+
+    def override_last_offset(self, last_offset: int) -> None:
+        """Make the batch end at ``last_offset`` even when its last record is earlier (Kafka's
+        ``overrideLastOffset``): a cleaned batch keeps its original lastOffsetDelta, so the
+        producer's last sequence survives compaction.
+
+        Raises:
+            ValueError: ``last_offset`` is before the last record's offset.
+        """
+        delta = last_offset - self._base_offset
+        if delta < self._last_offset_delta or delta > _INT32_MAX:
+            raise ValueError(f"last offset {last_offset} is before the last record or out of range")
+        self._last_offset_delta = delta
 
     def build(self) -> bytes:
         """The complete batch: header, (compressed) records, CRC-32C over bytes 21..end.
@@ -350,6 +375,59 @@ def build_batch(
         else:
             builder.append(*item)
     return builder.build()
+
+
+def build_empty_batch(
+    *,
+    base_offset: int,
+    last_offset: int,
+    partition_leader_epoch: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    max_timestamp: int,
+    timestamp_type: int = 0,
+    is_transactional: bool = False,
+    is_control: bool = False,
+) -> bytes:
+    """A batch with a header and no records (Kafka's ``DefaultRecordBatch.writeEmptyHeader``).
+
+    The log cleaner leaves one where it removed every record of a producer's last batch: the
+    offsets, producer id, epoch and sequence range survive, so the producer's state is rebuilt
+    the same after a restart. Uncompressed, baseTimestamp -1, recordsCount 0.
+
+    Raises:
+        ValueError: ``last_offset`` below ``base_offset`` or a field out of its wire range.
+    """
+    if last_offset < base_offset:
+        raise ValueError(f"last offset {last_offset} is below base offset {base_offset}")
+    attributes = 0
+    if timestamp_type == TIMESTAMP_TYPE_LOG_APPEND_TIME:
+        attributes |= TIMESTAMP_TYPE_MASK
+    if is_transactional:
+        attributes |= TRANSACTIONAL_FLAG_MASK
+    if is_control:
+        attributes |= CONTROL_FLAG_MASK
+    try:
+        header = HEADER_STRUCT.pack(
+            base_offset,
+            RECORD_BATCH_OVERHEAD - LOG_OVERHEAD,
+            partition_leader_epoch,
+            CURRENT_MAGIC,
+            0,
+            attributes,
+            last_offset - base_offset,
+            -1,  # baseTimestamp
+            max_timestamp,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            0,  # recordsCount
+        )
+    except struct.error as exc:
+        raise ValueError(f"record batch header field out of range: {exc}") from None
+    crc = _crc32c.crc32c(header[CRC_START:])
+    return b"".join((header[:CRC_OFFSET], crc.to_bytes(4, "big"), header[CRC_START:]))
 
 
 # --------------------------------------------------------------------------- decoding

@@ -81,6 +81,7 @@ class Broker:
             flush_start_offset_checkpoint_interval_ms=c.log_flush_start_offset_checkpoint_interval_ms,
             recovery_threads_per_data_dir=c.num_recovery_threads_per_data_dir,
             remote_log_storage_system_enable=c.remote_log_storage_system_enable,
+            cleaner_config=c.cleaner_config(),
         )
         # Loading logs is blocking file I/O (recovery after a crash): keep the loop free.
         await asyncio.to_thread(lm.startup)

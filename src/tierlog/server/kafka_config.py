@@ -41,6 +41,7 @@ from tierlog.log.log_config import (
 )
 
 if TYPE_CHECKING:
+    from tierlog.log.log_cleaner import CleanerConfig
     from tierlog.log.log_manager import LogManager
 
 __all__ = [
@@ -264,6 +265,20 @@ _BROKER_ONLY: tuple[BrokerConfigDef, ...] = (
        "How often recovery-point-offset-checkpoint is written."),
     _d("log.flush.start.offset.checkpoint.interval.ms", "int", 60_000, _min(0),
        "How often log-start-offset-checkpoint is written."),
+    # --- log cleaner (compaction of cleanup.policy=compact topics)
+    _d("log.cleaner.enable", "boolean", True, None,
+       "Run the log cleaner; without it compacted topics are not compacted."),
+    _d("log.cleaner.threads", "int", 1, _min(0), "Threads of the log cleaner."),
+    _d("log.cleaner.dedupe.buffer.size", "long", 134_217_728, _min(1),
+       "Offset map memory over all cleaner threads (24 bytes a key, as Kafka counts it)."),
+    _d("log.cleaner.io.buffer.size", "int", 524_288, _min(0),
+       "I/O buffer memory over all cleaner threads."),
+    _d("log.cleaner.io.buffer.load.factor", "double", 0.9, None,
+       "Fill factor of the offset map before a round stops mapping."),
+    _d("log.cleaner.io.max.bytes.per.second", "double", 1.7976931348623157e308, None,
+       "Throttle on the cleaner's read plus write bytes per second."),
+    _d("log.cleaner.backoff.ms", "long", 15_000, _min(0),
+       "How long an idle cleaner thread waits before looking for dirty logs again."),
     # --- consumer groups and the offsets topic
     _d("group.initial.rebalance.delay.ms", "int", 3000, _min(0),
        "How long the first rebalance of an empty group waits for more members."),
@@ -604,6 +619,7 @@ class KafkaConfig:
         self.log_flush_start_offset_checkpoint_interval_ms: int = get(
             "log.flush.start.offset.checkpoint.interval.ms"
         )
+        self.log_cleaner_enable: bool = get("log.cleaner.enable")
 
         # groups
         self.group_initial_rebalance_delay_ms: int = get("group.initial.rebalance.delay.ms")
@@ -717,6 +733,22 @@ class KafkaConfig:
         """Defaults for every topic from the broker synonyms (``log.segment.bytes`` ...)."""
         return self._log_config
 
+    def cleaner_config(self) -> CleanerConfig:
+        """The ``log.cleaner.*`` settings (Kafka's ``LogCleaner.cleanerConfig``)."""
+        from tierlog.log.log_cleaner import CleanerConfig
+
+        threads = int(self.get("log.cleaner.threads"))
+        return CleanerConfig(
+            num_threads=max(threads, 1),
+            dedupe_buffer_size=int(self.get("log.cleaner.dedupe.buffer.size")),
+            dedupe_buffer_load_factor=float(self.get("log.cleaner.io.buffer.load.factor")),
+            io_buffer_size=int(self.get("log.cleaner.io.buffer.size")),
+            max_message_size=int(self.get("message.max.bytes")),
+            max_io_bytes_per_second=float(self.get("log.cleaner.io.max.bytes.per.second")),
+            backoff_ms=int(self.get("log.cleaner.backoff.ms")),
+            enable_cleaner=self.log_cleaner_enable and threads > 0,
+        )
+
     def create_log_manager(self) -> LogManager:
         """A (not yet started) LogManager wired with this config's log settings."""
         from tierlog.log.log_manager import LogManager
@@ -731,6 +763,7 @@ class KafkaConfig:
             flush_start_offset_checkpoint_interval_ms=self.log_flush_start_offset_checkpoint_interval_ms,
             recovery_threads_per_data_dir=self.num_recovery_threads_per_data_dir,
             remote_log_storage_system_enable=self.remote_log_storage_system_enable,
+            cleaner_config=self.cleaner_config(),
         )
 
     def get(self, name: str) -> Any:
