@@ -3,10 +3,12 @@
 The coordinator writes ``(key, value)`` records (Kafka's OffsetCommit / GroupMetadata key and
 value schemas; a ``None`` value is a tombstone) to partition ``partition_for(group_id)`` of the
 topic, and rebuilds its state at startup by replaying each partition from its log start:
-last value per key wins, a tombstone removes the key ("compaction by replay").
+last value per key wins, a tombstone removes the key.
 
 The topic is created at broker startup with ``offsets.topic.num.partitions`` partitions,
-``cleanup.policy=compact`` and ``segment.bytes=offsets.topic.segment.bytes``.
+``cleanup.policy=compact`` and ``segment.bytes=offsets.topic.segment.bytes``; the log cleaner
+(:mod:`tierlog.log.log_cleaner`, ``log.cleaner.enable``) compacts it like any compacted topic,
+so it stays small on disk and the replay reads little more than the live keys.
 
 Not thread-safe: use from the event loop thread. :meth:`append` is not idempotent (a retry
 appends again, which replay folds into the same state).

@@ -126,6 +126,8 @@ class ProducePartitionResult:
     log_append_time: int = -1
     log_start_offset: int = -1
     error_message: str | None = None
+    #: INVALID_RECORD: (index of the record in its batch, message), Kafka's RecordError.
+    record_errors: tuple[tuple[int, str | None], ...] = ()
 
 
 @dataclass(slots=True)
@@ -283,7 +285,10 @@ class ReplicaManager:
     def _append_failed(self, p: Partition, e: Exception) -> ProducePartitionResult:
         if isinstance(e, ApiError):
             return ProducePartitionResult(
-                e.error_code, log_start_offset=_safe_log_start(p), error_message=e.message
+                e.error_code,
+                log_start_offset=_safe_log_start(p),
+                error_message=e.message,
+                record_errors=e.record_errors if isinstance(e, InvalidRecord) else (),
             )
         log.error("append to %s-%d failed: %s", p.topic, p.index, e)
         return ProducePartitionResult(KafkaStorageError.error_code, error_message=str(e))

@@ -87,3 +87,7 @@ def _fill(out: dict[str, Any], r: ProducePartitionResult) -> None:
     out["log_append_time"] = r.log_append_time
     out["log_start_offset"] = r.log_start_offset
     out["error_message"] = r.error_message
+    if r.record_errors:
+        out["record_errors"] = [
+            {"batch_index": i, "batch_index_error_message": m} for i, m in r.record_errors
+        ]
