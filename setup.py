@@ -50,5 +50,13 @@ if os.environ.get("TIERLOG_NO_EXTENSIONS", "") != "1":
             optional=True,
         )
     )
+    ext_modules.append(
+        Extension(
+            "tierlog.records._speedups._keys",
+            ["src/tierlog/records/_speedups/_keys.c"],
+            extra_compile_args=["-O2"] if os.name != "nt" else [],
+            optional=True,
+        )
+    )
 
 setup(ext_modules=ext_modules, cmdclass={"build_ext": ve_build_ext})

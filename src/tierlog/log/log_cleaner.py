@@ -63,6 +63,7 @@ from tierlog.log.offset_map import DIGEST_SIZE, SkimpyOffsetMap, key_digest
 from tierlog.records.default_records import (
     RecordBatchBuilder,
     build_empty_batch,
+    read_keys,
     read_records,
 )
 from tierlog.records.record_batch import (
@@ -312,18 +313,31 @@ class Cleaner:
             if header.base_offset >= next_segment_start:
                 break
             if not header.attributes & CONTROL_FLAG_MASK:
-                records = read_records(chunk, header)
-                stats.map_messages_read += len(records)
-                for record in records:
-                    key = record.key
-                    offset = record.offset
-                    if key is not None and offset >= start:
-                        if len(entries) >= max_desired:
-                            # Kafka's put moves latestOffset: the map ends at the last put.
-                            stats.map_bytes_read += read
-                            return True
-                        entries[key if len(key) <= DIGEST_SIZE else key_digest(key)] = offset
-                        offset_map.update_latest_offset(offset)
+                offsets, keys, _ = read_keys(chunk, header)
+                stats.map_messages_read += len(offsets)
+                if len(entries) + len(offsets) < max_desired and offsets and offsets[0] >= start:
+                    # Room for the whole batch: the common case, at C speed when every key
+                    # is its own digest.
+                    present: list[bytes]
+                    if None in keys:
+                        present = [k for k in keys if k is not None]
+                        at = [o for k, o in zip(keys, offsets, strict=True) if k is not None]
+                    else:
+                        present = keys  # type: ignore[assignment]  # no None in it
+                        at = offsets
+                    if max(map(len, present), default=0) <= DIGEST_SIZE:
+                        entries.update(zip(present, at, strict=True))
+                    else:
+                        entries.update(zip(map(key_digest, present), at, strict=True))
+                else:
+                    for offset, key in zip(offsets, keys, strict=True):
+                        if key is not None and offset >= start:
+                            if len(entries) >= max_desired:
+                                # Kafka's put moves latestOffset: the map ends at the last put.
+                                stats.map_bytes_read += read
+                                return True
+                            entries[key if len(key) <= DIGEST_SIZE else key_digest(key)] = offset
+                            offset_map.update_latest_offset(offset)
             offset_map.update_latest_offset(last_offset)
         stats.map_bytes_read += read
         # A gap at the end of the segment: the map covers it too.
@@ -488,34 +502,57 @@ class Cleaner:
                 continue
             has_horizon = bool(attributes & DELETE_HORIZON_FLAG_MASK)
             retain_deletes = not has_horizon or current_time < header.base_timestamp
-            records = read_records(chunk, header)
-            stats.messages_read += len(records)
-            retained = []
+            offsets, keys, has_values = read_keys(chunk, header)
+            stats.messages_read += len(offsets)
+            kept: list[int] = []  # indexes of the records that stay
             contains_tombstones = False
-            for record in records:
-                offset = record.offset
+            if (
+                offsets
+                and offsets[-1] <= latest_offset
+                and None not in keys
+                and max(map(len, keys)) <= DIGEST_SIZE  # type: ignore[arg-type]
+            ):
+                # The common case, as list operations: every record is covered by the map,
+                # has a key that is its own digest; tombstones are looked at only if any.
+                get = entries.get
+                kept = [
+                    i
+                    for i, offset, key in zip(range(len(offsets)), offsets, keys, strict=True)
+                    if offset >= get(key, -1)  # type: ignore[arg-type]
+                ]
+                if kept and False in has_values:
+                    contains_tombstones = any(not has_values[i] for i in kept)
+                    if not retain_deletes:
+                        kept = [i for i in kept if has_values[i]]
+                        contains_tombstones = False
+                offsets_to_check: list[int] = []
+            else:
+                offsets_to_check = offsets
+            for i, offset in enumerate(offsets_to_check):
                 if offset > latest_offset:
-                    retained.append(record)
-                    if record.value is None:
+                    kept.append(i)
+                    if not has_values[i]:
                         contains_tombstones = True
                     continue
-                key = record.key
+                key = keys[i]
                 if key is None:
                     stats.invalid_messages += 1
                     continue
                 found = entries.get(key if len(key) <= DIGEST_SIZE else key_digest(key), -1)
                 if offset >= found:
-                    if record.value is not None:
-                        retained.append(record)
+                    if has_values[i]:
+                        kept.append(i)
                     elif retain_deletes:
-                        retained.append(record)
+                        kept.append(i)
                         contains_tombstones = True
-            if retained:
-                stats.messages_written += len(retained)
+            if kept:
+                stats.messages_written += len(kept)
                 need_horizon = contains_tombstones and not has_horizon
-                if len(retained) == len(records) and not need_horizon:
+                if len(kept) == len(offsets) and not need_horizon:
                     writer.write(_slice(chunk, header), header)
                 else:
+                    all_records = read_records(chunk, header)
+                    retained = [all_records[i] for i in kept]
                     if need_horizon:
                         horizon = current_time + delete_retention_ms
                     else:
