@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pathlib
 import shutil
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -347,30 +348,54 @@ def test_keyless_records_are_accepted_without_compaction(open_log, clock: Clock)
     assert log.log_end_offset == 1
 
 
-def test_reads_during_a_swap_see_old_or_new(open_log, clock: Clock, monkeypatch) -> None:
-    log = open_log(compact_config())
-    for i in range(100):
-        append(log, [(b"k%d" % (i % 5), b"%d" % i)], clock.now)
+def test_reads_run_during_a_clean_and_see_every_latest_value(open_log, clock: Clock, monkeypatch):
+    """A reader scans the whole log again and again while rounds of cleaning run; every scan
+    sees the latest value of every key, offsets increasing. The cleaner waits inside its swap
+    for a scan that started after the swap began: it would wait forever if reads blocked on
+    a clean."""
+    log = open_log(compact_config(segment_bytes=1500))
+    expected: dict[bytes, bytes] = {}
+    for i in range(600):
+        key, value = b"k%d" % (i % 9), b"%d" % i
+        append(log, [(key, value)], clock.now)
+        expected[key] = value
+        if i % 150 == 149:
+            log.roll()
     log.roll()
-    before = records(log)
-    seen: list[list[Rec]] = []
+    swapping = threading.Event()
+    read_during_swap = threading.Event()
+    stop = threading.Event()
+    failures: list[str] = []
+
+    def reader() -> None:
+        while not stop.is_set():
+            started_during_swap = swapping.is_set()
+            seen = records(log)
+            offsets = [o for o, _, _ in seen]
+            if offsets != sorted(set(offsets)):
+                failures.append(f"offsets out of order: {offsets}")
+            if {k: v for _, k, v in seen} != expected:
+                failures.append(f"a scan saw {seen}")
+            if started_during_swap:
+                read_during_swap.set()
+
     original = Log.replace_segments
 
-    def replace_and_read(self, new, old):  # reads interleaved with the swap's steps
-        seen.append(records(self))
+    def replace_after_a_read(self, new, old):
+        swapping.set()
+        assert read_during_swap.wait(60), "no read completed while the cleaner was swapping"
         original(self, new, old)
-        seen.append(records(self))
 
-    monkeypatch.setattr(Log, "replace_segments", replace_and_read)
-    clean_once(log, clock.now)
-    after = records(log)
-    assert after != before
-    assert all(s in (before, after) or _is_partial_round(s, before, after) for s in seen)
-
-
-def _is_partial_round(seen: list[Rec], before: list[Rec], after: list[Rec]) -> bool:
-    """Between two groups of one round: a prefix cleaned, the rest as before."""
-    return seen[-1] == before[-1] and set(after) <= set(seen) <= set(before) | set(after)
+    monkeypatch.setattr(Log, "replace_segments", replace_after_a_read)
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        clean_once(log, clock.now)
+    finally:
+        stop.set()
+        t.join()
+    assert failures == []
+    assert len(records(log)) == 9
 
 
 # --------------------------------------------------------------------------- crash safety

@@ -231,7 +231,7 @@ class LogCleanerManager:
         entries = {tp: o for tp, o in self._read(checkpoint).items() if tp in logs}
         if remove is not None:
             entries.pop(remove, None)
-        if update is not None:
+        if update is not None and update[0] in logs:
             entries[update[0]] = update[1]
         try:
             checkpoint.write(entries)
