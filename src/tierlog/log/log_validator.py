@@ -368,4 +368,12 @@ def validate_keys(
             if record.key is None:
                 record_errors.append((index, message))
     if record_errors:
-        raise InvalidRecord(message, record_errors=record_errors)
+        # Kafka's LogValidator.processRecordErrors
+        shown = ", ".join(
+            f"RecordError(batchIndex={i}, message='{m}')" for i, m in record_errors[:3]
+        )
+        raise InvalidRecord(
+            f"One or more records have been rejected due to {len(record_errors)} record "
+            f"errors in total, and only showing the first three errors at most: [{shown}]",
+            record_errors=record_errors,
+        )
