@@ -47,10 +47,12 @@ throttles them all together; an idle thread waits ``log.cleaner.backoff.ms``.
 from __future__ import annotations
 
 import logging
+import operator
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import compress, repeat
 from pathlib import Path
 
 from tierlog.errors import CorruptRecordError, LogCleaningAbortedError
@@ -87,6 +89,8 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 
 _INT32_MAX = 2**31 - 1
+#: The default of dict.get for every key of a batch (endless: map() stops at the keys' end).
+_MINUS_ONES = repeat(-1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -514,12 +518,10 @@ class Cleaner:
             ):
                 # The common case, as list operations: every record is covered by the map,
                 # has a key that is its own digest; tombstones are looked at only if any.
-                get = entries.get
-                kept = [
-                    i
-                    for i, offset, key in zip(range(len(offsets)), offsets, keys, strict=True)
-                    if offset >= get(key, -1)  # type: ignore[arg-type]
-                ]
+                # offset >= map[key] for every record, in C: map(), operator.ge, compress().
+                mapped = map(entries.get, keys, _MINUS_ONES)  # type: ignore[arg-type]
+                stays = list(map(operator.ge, offsets, mapped))  # type: ignore[arg-type]
+                kept = list(compress(range(len(offsets)), stays)) if True in stays else []
                 if kept and False in has_values:
                     contains_tombstones = any(not has_values[i] for i in kept)
                     if not retain_deletes:
