@@ -29,8 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tierlog.log.cleaner import Cleaner
 from tierlog.log.log import Log
-from tierlog.log.log_cleaner import Cleaner
 from tierlog.log.log_cleaner_manager import LogCleanerManager
 from tierlog.log.log_config import LogConfig
 from tierlog.log.offset_map import SkimpyOffsetMap

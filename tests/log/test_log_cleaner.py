@@ -17,8 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tierlog.errors import InvalidRecord
+from tierlog.log.cleaner import Cleaner, CleanerStats
 from tierlog.log.log import Log
-from tierlog.log.log_cleaner import Cleaner, CleanerConfig, CleanerStats, LogCleaner, Throttler
+from tierlog.log.log_cleaner import CleanerConfig, LogCleaner
 from tierlog.log.log_cleaner_manager import (
     CLEANER_OFFSET_CHECKPOINT_FILENAME,
     LogCleanerManager,
@@ -26,6 +27,7 @@ from tierlog.log.log_cleaner_manager import (
 )
 from tierlog.log.log_manager import LogManager
 from tierlog.log.offset_map import SkimpyOffsetMap
+from tierlog.log.throttler import Throttler
 from tierlog.records.default_records import build_batch, read_records
 from tierlog.records.record_batch import (
     DELETE_HORIZON_FLAG_MASK,
@@ -513,10 +515,10 @@ def test_crash_while_writing_the_cleaned_segment(tmp_path: Path, clock: Clock, m
     log = Log.open(log_dir, compact_config(**CRASH_CONFIG), time_ms=clock)
     _fill_for_crash(log, clock)
     before = records(log)
-    from tierlog.log import log_cleaner
+    from tierlog.log import cleaner as cleaner_module
 
     image = tmp_path / "image" / "my-topic-0"
-    real_flush = log_cleaner._SegmentWriter.flush
+    real_flush = cleaner_module._SegmentWriter.flush
     flushes = []
 
     def die(self):
@@ -526,7 +528,7 @@ def test_crash_while_writing_the_cleaned_segment(tmp_path: Path, clock: Clock, m
             shutil.copytree(log_dir, image)
             raise Crash("writing")
 
-    monkeypatch.setattr(log_cleaner._SegmentWriter, "flush", die)
+    monkeypatch.setattr(cleaner_module._SegmentWriter, "flush", die)
     with pytest.raises(Crash):
         clean_once(log, clock.now)
     monkeypatch.undo()

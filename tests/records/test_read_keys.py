@@ -16,7 +16,7 @@ from tests import real_parts
 from tests.records.strategies import FAST, raw_batch, record_tuples
 from tierlog.errors import CorruptRecordError, InvalidRecord
 from tierlog.records import RECORD_BATCH_OVERHEAD, build_batch, read_header, read_records
-from tierlog.records.default_records import HAS_KEYS_SPEEDUPS, read_keys, read_keys_py
+from tierlog.records.record_keys import HAS_KEYS_SPEEDUPS, read_keys, read_keys_py
 
 NO_EXTENSIONS = os.environ.get("TIERLOG_NO_EXTENSIONS", "") == "1"
 

@@ -1,4 +1,4 @@
-/* The record loop of tierlog.records.default_records.read_keys, in C: the offsets, keys and
+/* The record loop of tierlog.records.record_keys.read_keys, in C: the offsets, keys and
  * "has a value" flags of the records of one (already decompressed) batch, for the log cleaner.
  *
  * Each record (Kafka's schema, DefaultRecord.java):
@@ -145,7 +145,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "tierlog.records._speedups._keys",
-    "C twin of the record loop of tierlog.records.default_records.read_keys.", -1, methods,
+    "C twin of the record loop of tierlog.records.record_keys.read_keys.", -1, methods,
     NULL, NULL, NULL, NULL,
 };
 

@@ -1,0 +1,587 @@
+"""Kafka's ``Cleaner``: one round of compaction of one log, keeping the latest record of every
+key (the threads that run it are :mod:`.log_cleaner`'s).
+
+One round over one log (:meth:`Cleaner.do_clean`), as Kafka does it:
+
+1. **Offset map.** Read the dirty section [first dirty, first uncleanable) and map every key
+   to the offset of its latest record (:class:`~tierlog.log.offset_map.SkimpyOffsetMap`,
+   bounded by ``log.cleaner.dedupe.buffer.size``; when it fills up, the round covers only the
+   part mapped so far). ``latest_offset`` is the last offset the map covers.
+2. **Groups.** The segments from the start of the log up to the map's end are grouped, in
+   order, into runs whose log bytes fit ``segment.bytes`` and whose indexes fit
+   ``segment.index.bytes`` (Kafka's ``groupSegmentsBySize``); the active segment is never
+   among them.
+3. **Rewrite.** Each group is copied into one new segment named ``<base>.log.cleaned``,
+   batch by batch (Kafka's ``cleanInto`` / ``MemoryRecords.filterTo``). A record is kept
+   when its offset is past the map, or it is the latest of its key and either has a value or
+   is a tombstone whose batch's delete horizon has not passed. A record without a key is
+   dropped. A batch whose records all stay, and which needs no new delete horizon, is copied
+   byte for byte; otherwise it is re-encoded with the records codec -- same compression,
+   baseOffset, lastOffsetDelta, producer id/epoch, baseSequence, leader epoch, attributes --
+   with a new CRC. A batch that keeps a tombstone and has no delete horizon yet gets one:
+   ``now + delete.retention.ms`` in baseTimestamp with the hasDeleteHorizonMs attribute
+   (KIP-534); a later round drops the tombstone once that time has passed. An emptied batch
+   is dropped, except (Kafka's ``RETAIN_EMPTY``) the last batch of a producer that still has
+   state, kept as an empty batch (header only) so its epoch and sequence survive, and the
+   last batch of the round. tierlog also keeps the last batch of every group (empty when
+   emptied): a swapped-in segment then always ends where the segments it replaces ended,
+   which is what crash recovery relies on to find them (see :mod:`.log_loader`).
+4. **Swap.** The cleaned segment is flushed and swapped in for its group
+   (:meth:`Log.replace_segments <tierlog.log.log.Log.replace_segments>`: ``.cleaned`` ->
+   ``.swap`` -> old segments ``.deleted`` -> final names), under the log's lock, in one
+   copy-on-write step of the segment list: reads never wait for a clean and never see half
+   of one.
+5. The first dirty offset becomes the map's end (``cleaner-offset-checkpoint``, see
+   :mod:`.log_cleaner_manager`).
+
+Appends go on meanwhile (the active segment is not touched); a segment deleted by retention
+or truncation while its group is being cleaned aborts that group's swap (the log then reads
+as before). Transactions are not supported by tierlog yet: control batches are kept as they
+are and no batch is treated as aborted.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from itertools import compress, repeat
+
+from tierlog.errors import CorruptRecordError, LogCleaningAbortedError
+from tierlog.log import log_file_utils as lfu
+from tierlog.log.file_records import FileRecords
+from tierlog.log.log import Log
+from tierlog.log.log_cleaner_manager import LogToClean
+from tierlog.log.log_segment import LogSegment, wall_clock_ms
+from tierlog.log.offset_map import DIGEST_SIZE, SkimpyOffsetMap, key_digest
+from tierlog.log.throttler import Throttler
+from tierlog.records.default_records import RecordBatchBuilder, build_empty_batch, read_records
+from tierlog.records.record_batch import (
+    COMPRESSION_CODEC_MASK,
+    CONTROL_FLAG_MASK,
+    DELETE_HORIZON_FLAG_MASK,
+    HEADER_STRUCT,
+    LOG_OVERHEAD,
+    NO_PRODUCER_ID,
+    RECORD_BATCH_OVERHEAD,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG_MASK,
+    RecordBatchHeader,
+    iter_headers,
+)
+from tierlog.records.record_keys import read_keys
+
+__all__ = ["Cleaner", "CleanerStats"]
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+_INT32_MAX = 2**31 - 1
+#: The default of dict.get for every key of a batch (endless: map() stops at the keys' end).
+_MINUS_ONES = repeat(-1)
+
+
+@dataclass(slots=True)
+class CleanerStats:
+    """What one round did (Kafka's ``CleanerStats``, the parts tierlog uses)."""
+
+    bytes_read: int = 0
+    bytes_written: int = 0
+    map_bytes_read: int = 0
+    map_messages_read: int = 0
+    messages_read: int = 0
+    messages_written: int = 0
+    invalid_messages: int = 0
+    buffer_utilization: float = 0.0
+    start_ns: int = field(default_factory=time.monotonic_ns)
+    end_ns: int = 0
+
+    @property
+    def elapsed_seconds(self) -> float:
+        end = self.end_ns or time.monotonic_ns()
+        return (end - self.start_ns) / 1e9
+
+
+def _read_batches(
+    records: FileRecords, start: int, buffer_size: int, max_message_size: int
+) -> Iterator[tuple[bytes, RecordBatchHeader]]:
+    """(chunk, header) for every batch of ``records`` from byte ``start``; the header's
+    position is within the chunk. A batch larger than the buffer is read alone.
+
+    Raises:
+        CorruptRecordError: a batch whose length runs past the file.
+    """
+    size = records.size_in_bytes()
+    pos = start
+    while size - pos >= RECORD_BATCH_OVERHEAD:
+        chunk = records.read(pos, buffer_size)
+        consumed = 0
+        for header in iter_headers(chunk):
+            yield chunk, header
+            consumed = header.position + header.size_in_bytes
+        if consumed == 0:
+            length = int.from_bytes(chunk[8:12], "big", signed=True) + LOG_OVERHEAD
+            if length < RECORD_BATCH_OVERHEAD or pos + length > size:
+                raise CorruptRecordError(
+                    f"batch of {length} bytes at {pos} of {records.path} runs past its end"
+                )
+            if length > max(buffer_size, max_message_size):
+                log.warning("%s: a batch of %d bytes at %d", records.path, length, pos)
+            buffer_size = length
+            continue
+        pos += consumed
+
+
+class Cleaner:
+    """One cleaner thread's worker (Kafka's ``Cleaner``): builds the offset map and rewrites
+    segment groups. Not thread-safe (each thread has its own)."""
+
+    def __init__(
+        self,
+        offset_map: SkimpyOffsetMap,
+        *,
+        io_buffer_size: int = 512 * 1024,
+        max_io_buffer_size: int = 32 * 1024 * 1024,
+        dup_buffer_load_factor: float = 0.9,
+        throttler: Throttler | None = None,
+        check_done: Callable[[TopicPartition], None] = lambda tp: None,
+        time_ms: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.offset_map = offset_map
+        self.io_buffer_size = io_buffer_size
+        self.max_io_buffer_size = max_io_buffer_size
+        self.dup_buffer_load_factor = dup_buffer_load_factor
+        self.throttler = throttler or Throttler(float("inf"))
+        self.check_done = check_done
+        self.time_ms = time_ms
+
+    # ------------------------------------------------------------------ a round
+
+    def clean(self, cleanable: LogToClean) -> tuple[int, CleanerStats]:
+        return self.do_clean(cleanable, self.time_ms())
+
+    def do_clean(self, cleanable: LogToClean, current_time: int) -> tuple[int, CleanerStats]:
+        """Clean ``cleanable.log`` from its start to the end of the offset map; returns the
+        next first dirty offset and the round's statistics.
+
+        Raises:
+            LogCleaningAbortedError: the clean was aborted (the log is as before for the
+                groups not yet swapped).
+            OSError: reading or writing a segment failed.
+        """
+        lg = cleanable.log
+        tp = cleanable.topic_partition
+        stats = CleanerStats()
+        upper_bound = cleanable.first_uncleanable_offset
+        log.info(
+            "cleaning %s: dirty section [%d, %d)", lg, cleanable.first_dirty_offset, upper_bound
+        )
+        self.build_offset_map(lg, tp, cleanable.first_dirty_offset, upper_bound, stats)
+        end_offset = self.offset_map.latest_offset + 1
+        snapshot = lg.segments.snapshot()
+        active = snapshot.segments[-1] if snapshot.segments else None
+        segments = [
+            s
+            for s in snapshot.values_between(0, end_offset)
+            if s is not active and s.base_offset < upper_bound
+        ]
+        groups = self.group_segments_by_size(
+            segments,
+            lg.config.segment_size,
+            lg.config.max_index_size,
+            upper_bound,
+            snapshot.segments,
+        )
+        for group in groups:
+            self.clean_segments(lg, tp, group, current_time, stats, upper_bound)
+        stats.buffer_utilization = self.offset_map.utilization
+        stats.end_ns = time.monotonic_ns()
+        log.info(
+            "cleaned %s up to %d: %d of %d bytes kept, %d of %d records, %.2fs",
+            lg,
+            end_offset,
+            stats.bytes_written,
+            stats.bytes_read,
+            stats.messages_written,
+            stats.messages_read,
+            stats.elapsed_seconds,
+        )
+        return end_offset, stats
+
+    # ------------------------------------------------------------------ offset map
+
+    def build_offset_map(
+        self, lg: Log, tp: TopicPartition, start: int, end: int, stats: CleanerStats
+    ) -> None:
+        """Map every key of [``start``, ``end``) to its latest offset (Kafka's
+        ``buildOffsetMap``), stopping when the map is full."""
+        offset_map = self.offset_map
+        offset_map.clear()
+        dirty = [s for s in lg.segments.values_between(start, end)]
+        for i, segment in enumerate(dirty):
+            next_start = dirty[i + 1].base_offset if i + 1 < len(dirty) else end
+            self.check_done(tp)
+            if self._build_offset_map_for_segment(tp, segment, start, next_start, stats):
+                log.debug("%s: offset map full in segment %d", lg, segment.base_offset)
+                break
+
+    def _build_offset_map_for_segment(
+        self,
+        tp: TopicPartition,
+        segment: LogSegment,
+        start: int,
+        next_segment_start: int,
+        stats: CleanerStats,
+    ) -> bool:
+        offset_map = self.offset_map
+        # The map's dict, filled inline: this loop runs once per record of the dirty section.
+        entries = offset_map._map
+        max_desired = int(offset_map.slots * self.dup_buffer_load_factor)
+        position = segment.offset_index.lookup(start).position
+        read = 0
+        for chunk, header in _read_batches(
+            segment.log, position, self.io_buffer_size, self.max_io_buffer_size
+        ):
+            if header.position == 0:
+                self.check_done(tp)
+                self.throttler.maybe_throttle(len(chunk))
+                read += len(chunk)
+            last_offset = header.base_offset + header.last_offset_delta
+            if last_offset < start:
+                continue
+            if header.base_offset >= next_segment_start:
+                break
+            if not header.attributes & CONTROL_FLAG_MASK:
+                offsets, keys, _ = read_keys(chunk, header)
+                stats.map_messages_read += len(offsets)
+                if len(entries) + len(offsets) < max_desired and offsets and offsets[0] >= start:
+                    # Room for the whole batch: the common case, at C speed when every key
+                    # is its own digest.
+                    present: list[bytes]
+                    if None in keys:
+                        present = [k for k in keys if k is not None]
+                        at = [o for k, o in zip(keys, offsets, strict=True) if k is not None]
+                    else:
+                        present = keys  # type: ignore[assignment]  # no None in it
+                        at = offsets
+                    if max(map(len, present), default=0) <= DIGEST_SIZE:
+                        entries.update(zip(present, at, strict=True))
+                    else:
+                        entries.update(zip(map(key_digest, present), at, strict=True))
+                else:
+                    for offset, key in zip(offsets, keys, strict=True):
+                        if key is not None and offset >= start:
+                            if len(entries) >= max_desired:
+                                # Kafka's put moves latestOffset: the map ends at the last put.
+                                stats.map_bytes_read += read
+                                return True
+                            entries[key if len(key) <= DIGEST_SIZE else key_digest(key)] = offset
+                            offset_map.update_latest_offset(offset)
+            offset_map.update_latest_offset(last_offset)
+        stats.map_bytes_read += read
+        # A gap at the end of the segment: the map covers it too.
+        offset_map.update_latest_offset(max(offset_map.latest_offset, next_segment_start - 1))
+        return False
+
+    # ------------------------------------------------------------------ groups
+
+    @staticmethod
+    def group_segments_by_size(
+        segments: list[LogSegment],
+        max_size: int,
+        max_index_size: int,
+        first_uncleanable_offset: int,
+        all_segments: tuple[LogSegment, ...] = (),
+    ) -> list[list[LogSegment]]:
+        """Consecutive runs of ``segments`` whose log bytes fit ``max_size``, whose offset and
+        time indexes each fit ``max_index_size``, and whose offsets fit 32-bit relative
+        offsets from the run's base (Kafka's ``groupSegmentsBySize``)."""
+        following = {
+            s.base_offset: all_segments[i + 1].base_offset for i, s in enumerate(all_segments[:-1])
+        }
+        groups: list[list[LogSegment]] = []
+        i = 0
+        while i < len(segments):
+            group = [segments[i]]
+            log_size = segments[i].size
+            index_size = segments[i].offset_index.size_in_bytes
+            time_index_size = segments[i].time_index.size_in_bytes
+            i += 1
+            while i < len(segments):
+                s = segments[i]
+                last = following.get(s.base_offset, first_uncleanable_offset) - 1
+                if (
+                    log_size + s.size <= max_size
+                    and index_size + s.offset_index.size_in_bytes <= max_index_size
+                    and time_index_size + s.time_index.size_in_bytes <= max_index_size
+                    and (s.size == 0 or last - group[0].base_offset <= _INT32_MAX)
+                ):
+                    group.append(s)
+                    log_size += s.size
+                    index_size += s.offset_index.size_in_bytes
+                    time_index_size += s.time_index.size_in_bytes
+                    i += 1
+                else:
+                    break
+            groups.append(group)
+        return groups
+
+    # ------------------------------------------------------------------ rewrite
+
+    def clean_segments(
+        self,
+        lg: Log,
+        tp: TopicPartition,
+        segments: list[LogSegment],
+        current_time: int,
+        stats: CleanerStats,
+        upper_bound_offset_of_round: int,
+    ) -> None:
+        """Clean a group into one ``.cleaned`` segment and swap it in (Kafka's
+        ``cleanSegments``)."""
+        config = lg.config
+        cleaned = LogSegment.open(
+            lg.dir,
+            segments[0].base_offset,
+            config,
+            file_already_exists=False,
+            file_suffix=lfu.CLEANED_FILE_SUFFIX,
+        )
+        swapping = False
+        try:
+            active_producers = lg.last_records_of_active_producers()
+            delete_retention_ms = int(config.get("delete.retention.ms"))
+            writer = _SegmentWriter(cleaned, self.throttler, stats)
+            last_dropped: RecordBatchHeader | None = None
+            for segment in segments:
+                last_dropped = self._clean_into(
+                    tp,
+                    segment,
+                    writer,
+                    active_producers,
+                    upper_bound_offset_of_round,
+                    delete_retention_ms,
+                    current_time,
+                    stats,
+                )
+            if last_dropped is not None:
+                # Keep the group's last batch, emptied: the cleaned segment ends where its
+                # group ended (see the module docstring).
+                writer.write(_empty_batch_of(last_dropped), last_dropped)
+            writer.flush()
+            cleaned.on_become_inactive_segment()
+            cleaned.flush()
+            cleaned.set_last_modified(segments[-1].last_modified)
+            log.info(
+                "%s: swapping in cleaned segment %d for %s",
+                lg,
+                cleaned.base_offset,
+                [s.base_offset for s in segments],
+            )
+            swapping = True
+            lg.replace_segments([cleaned], segments)
+        except LogCleaningAbortedError:
+            # replace_segments refuses before renaming anything.
+            cleaned.close_handlers()
+            cleaned.delete_if_exists()
+            raise
+        except BaseException:
+            if not swapping:
+                cleaned.close_handlers()
+                cleaned.delete_if_exists()
+            # else: a rename failed mid-swap; loading the log completes or undoes it.
+            raise
+
+    def _clean_into(
+        self,
+        tp: TopicPartition,
+        segment: LogSegment,
+        writer: _SegmentWriter,
+        active_producers: Mapping[int, tuple[int, int]],
+        upper_bound_offset_of_round: int,
+        delete_retention_ms: int,
+        current_time: int,
+        stats: CleanerStats,
+    ) -> RecordBatchHeader | None:
+        """Copy what stays of ``segment``'s batches to ``writer`` (Kafka's ``cleanInto``);
+        returns the header of the segment's last batch when it was dropped entirely."""
+        offset_map = self.offset_map
+        entries = offset_map._map
+        latest_offset = offset_map.latest_offset
+        last_dropped: RecordBatchHeader | None = None
+        for chunk, header in _read_batches(
+            segment.log, 0, self.io_buffer_size, self.max_io_buffer_size
+        ):
+            if header.position == 0:
+                self.check_done(tp)
+                self.throttler.maybe_throttle(len(chunk))
+            batch_size = header.size_in_bytes
+            stats.bytes_read += batch_size
+            attributes = header.attributes
+            last_offset = header.base_offset + header.last_offset_delta
+            producer_id = header.producer_id
+            retain_empty = last_offset + 1 == upper_bound_offset_of_round
+            if producer_id != NO_PRODUCER_ID:
+                last = active_producers.get(producer_id)
+                if last is not None:
+                    last_data_offset, producer_epoch = last
+                    if last_data_offset >= 0:
+                        retain_empty = retain_empty or last_offset == last_data_offset
+                    else:
+                        retain_empty = retain_empty or (
+                            bool(attributes & CONTROL_FLAG_MASK)
+                            and header.producer_epoch == producer_epoch
+                        )
+            if attributes & CONTROL_FLAG_MASK:
+                # No transactions yet: markers stay as they are.
+                stats.messages_read += header.records_count
+                stats.messages_written += header.records_count
+                writer.write(_slice(chunk, header), header)
+                last_dropped = None
+                continue
+            has_horizon = bool(attributes & DELETE_HORIZON_FLAG_MASK)
+            retain_deletes = not has_horizon or current_time < header.base_timestamp
+            offsets, keys, has_values = read_keys(chunk, header)
+            stats.messages_read += len(offsets)
+            kept: list[int] = []  # indexes of the records that stay
+            contains_tombstones = False
+            if (
+                offsets
+                and offsets[-1] <= latest_offset
+                and None not in keys
+                and max(map(len, keys)) <= DIGEST_SIZE  # type: ignore[arg-type]
+            ):
+                # The common case, as list operations: every record is covered by the map,
+                # has a key that is its own digest; tombstones are looked at only if any.
+                # offset >= map[key] for every record, in C: map(), operator.ge, compress().
+                mapped = map(entries.get, keys, _MINUS_ONES)  # type: ignore[arg-type]
+                stays = list(map(operator.ge, offsets, mapped))  # type: ignore[arg-type]
+                kept = list(compress(range(len(offsets)), stays)) if True in stays else []
+                if kept and False in has_values:
+                    contains_tombstones = any(not has_values[i] for i in kept)
+                    if not retain_deletes:
+                        kept = [i for i in kept if has_values[i]]
+                        contains_tombstones = False
+                offsets_to_check: list[int] = []
+            else:
+                offsets_to_check = offsets
+            for i, offset in enumerate(offsets_to_check):
+                if offset > latest_offset:
+                    kept.append(i)
+                    if not has_values[i]:
+                        contains_tombstones = True
+                    continue
+                key = keys[i]
+                if key is None:
+                    stats.invalid_messages += 1
+                    continue
+                found = entries.get(key if len(key) <= DIGEST_SIZE else key_digest(key), -1)
+                if offset >= found:
+                    if has_values[i]:
+                        kept.append(i)
+                    elif retain_deletes:
+                        kept.append(i)
+                        contains_tombstones = True
+            if kept:
+                stats.messages_written += len(kept)
+                need_horizon = contains_tombstones and not has_horizon
+                if len(kept) == len(offsets) and not need_horizon:
+                    writer.write(_slice(chunk, header), header)
+                else:
+                    all_records = read_records(chunk, header)
+                    retained = [all_records[i] for i in kept]
+                    if need_horizon:
+                        horizon = current_time + delete_retention_ms
+                    else:
+                        horizon = header.base_timestamp if has_horizon else -1
+                    builder = RecordBatchBuilder(
+                        attributes & COMPRESSION_CODEC_MASK,
+                        base_offset=header.base_offset,
+                        partition_leader_epoch=header.partition_leader_epoch,
+                        producer_id=producer_id,
+                        producer_epoch=header.producer_epoch,
+                        base_sequence=header.base_sequence,
+                        is_transactional=bool(attributes & TRANSACTIONAL_FLAG_MASK),
+                        timestamp_type=1 if attributes & TIMESTAMP_TYPE_MASK else 0,
+                        delete_horizon_ms=horizon,
+                    )
+                    base = header.base_offset
+                    for record in retained:
+                        builder.append(
+                            record.timestamp,
+                            record.key,
+                            record.value,
+                            record.headers,
+                            offset_delta=record.offset - base,
+                        )
+                    builder.override_last_offset(last_offset)
+                    writer.write(builder.build(), header)
+                last_dropped = None
+            elif retain_empty:
+                writer.write(_empty_batch_of(header), header)
+                last_dropped = None
+            else:
+                last_dropped = header
+        return last_dropped
+
+
+def _slice(chunk: bytes, header: RecordBatchHeader) -> memoryview:
+    return memoryview(chunk)[header.position : header.position + header.size_in_bytes]
+
+
+def _empty_batch_of(header: RecordBatchHeader) -> bytes:
+    return build_empty_batch(
+        base_offset=header.base_offset,
+        last_offset=header.base_offset + header.last_offset_delta,
+        partition_leader_epoch=header.partition_leader_epoch,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+        max_timestamp=header.max_timestamp,
+        timestamp_type=1 if header.attributes & TIMESTAMP_TYPE_MASK else 0,
+        is_transactional=bool(header.attributes & TRANSACTIONAL_FLAG_MASK),
+        is_control=bool(header.attributes & CONTROL_FLAG_MASK),
+    )
+
+
+class _SegmentWriter:
+    """Buffers the batches of a cleaned segment and appends them about every
+    ``index.interval.bytes``, so the cleaned segment is indexed as densely as an appended one.
+    Not thread-safe."""
+
+    def __init__(self, segment: LogSegment, throttler: Throttler, stats: CleanerStats) -> None:
+        self._segment = segment
+        self._throttler = throttler
+        self._stats = stats
+        self._interval = max(segment.index_interval_bytes, 4096)
+        self._buf = bytearray()
+        self._last_offset = -1
+        self._max_timestamp = -1
+        self._offset_of_max_timestamp = -1
+
+    def write(self, batch: bytes | memoryview, original: RecordBatchHeader) -> None:
+        self._buf += batch
+        last_offset = original.base_offset + original.last_offset_delta
+        self._last_offset = last_offset
+        max_timestamp = HEADER_STRUCT.unpack_from(batch, 0)[8]
+        if max_timestamp > self._max_timestamp:
+            self._max_timestamp = max_timestamp
+            self._offset_of_max_timestamp = last_offset
+        if len(self._buf) >= self._interval:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._buf:
+            return
+        n = len(self._buf)
+        self._segment.append(
+            self._last_offset, self._max_timestamp, self._offset_of_max_timestamp, self._buf
+        )
+        self._stats.bytes_written += n
+        self._throttler.maybe_throttle(n)
+        self._buf = bytearray()
+        self._max_timestamp = -1
+        self._offset_of_max_timestamp = -1
