@@ -27,7 +27,7 @@ One round over one log (:meth:`Cleaner.do_clean`), as Kafka does it:
    emptied): a swapped-in segment then always ends where the segments it replaces ended,
    which is what crash recovery relies on to find them (see :mod:`.log_loader`).
 4. **Swap.** The cleaned segment is flushed and swapped in for its group
-   (:meth:`Log.replace_segments <tierlog.log.log.Log.replace_segments>`: ``.cleaned`` ->
+   (:meth:`~tierlog.log.local_log.LocalLog.replace_segments`: ``.cleaned`` ->
    ``.swap`` -> old segments ``.deleted`` -> final names), under the log's lock, in one
    copy-on-write step of the segment list: reads never wait for a clean and never see half
    of one.

@@ -5,7 +5,7 @@ Steps, in Kafka's order:
 1. Remove leftovers of interrupted operations: ``*.deleted`` (asynchronous deletes),
    ``*.cleaned`` (a clean that had not finished writing), ``*.tmp`` (checkpoints being
    written), and index files whose ``.log`` is gone. Complete an interrupted swap of the log
-   cleaner (see :meth:`Log.replace_segments <tierlog.log.log.Log.replace_segments>`), as
+   cleaner (see :meth:`~tierlog.log.local_log.LocalLog.replace_segments`), as
    Kafka does: a ``.swap`` file at or above the lowest ``.cleaned`` offset is part of an
    unfinished group and is deleted (the old segments are all still there); every other
    ``<B>.log.swap`` is complete, so the segment files with a base offset in [B, its next

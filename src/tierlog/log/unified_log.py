@@ -1,0 +1,949 @@
+"""Kafka's ``UnifiedLog``: one partition's log as consumers and producers see it, over the
+segments of :class:`~tierlog.log.local_log.LocalLog` (which it extends).
+
+Offsets kept here::
+
+    log_start_offset <= local_log_start_offset <= high_watermark <= log_end_offset
+    (recovery_point <= log_end_offset: everything below it is fsynced)
+
+``log_start_offset`` is the first offset a consumer may read (DeleteRecords and retention move
+it); ``local_log_start_offset`` is the first offset held locally -- with tiered storage the
+two differ. The append path validates batch headers and CRCs (:mod:`.log_validator`), patches
+baseOffset and partitionLeaderEpoch (outside the CRC) on the way to the file and writes the
+bytes: records are never decoded (except for keys on compacted topics). Reads never take a
+lock: they work on an immutable snapshot of the segment list (copy-on-write) and on the log
+end offset published after each append.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from tierlog.errors import (
+    CorruptCheckpointError,
+    InconsistentTopicId,
+    InvalidRecord,
+    OffsetOutOfRange,
+    RecordListTooLarge,
+)
+from tierlog.log.checkpoint_file import LeaderEpochCheckpointFile
+from tierlog.log.leader_epoch_file_cache import LeaderEpochFileCache
+from tierlog.log.local_log import LocalLog, LogOffsetMetadata
+from tierlog.log.log_config import LogConfig
+from tierlog.log.log_loader import (
+    LogLoader,
+    rebuild_leader_epochs,
+    rebuild_producer_state,
+    truncate_leader_epochs,
+)
+from tierlog.log.log_segment import FetchDataInfo, LogSegment, wall_clock_ms
+from tierlog.log.log_segments import LogSegments, SegmentsSnapshot
+from tierlog.log.log_validator import (
+    BATCH_PREFIX,
+    AppendConfig,
+    LogAppendInfo,
+    analyze_and_validate_records,
+    append_info,
+    assign_offsets_in_place,
+    to_batch_header,
+    validate_keys,
+)
+from tierlog.log.partition_metadata_file import PartitionMetadataFile
+from tierlog.log.producer_state_manager import ProducerStateManager
+from tierlog.log.time_index import TimestampOffset
+from tierlog.records.record_batch import NO_PRODUCER_ID, NO_TIMESTAMP, RecordBatchHeader
+
+__all__ = [
+    "EARLIEST_LOCAL_TIMESTAMP",
+    "EARLIEST_TIMESTAMP",
+    "LATEST_TIERED_TIMESTAMP",
+    "LATEST_TIMESTAMP",
+    "MAX_TIMESTAMP",
+    "FetchDataInfo",
+    "LogAppendInfo",
+    "LogOffsetMetadata",
+    "UnifiedLog",
+]
+
+log = logging.getLogger(__name__)
+
+#: ListOffsets special timestamps (Kafka's ListOffsetsRequest).
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+#: DeleteRecords: delete up to the high watermark.
+DELETE_TO_HIGH_WATERMARK = -1
+
+
+_new_tuple = tuple.__new__
+
+
+class UnifiedLog(LocalLog):
+    """The log of one partition replica (Kafka's ``UnifiedLog``).
+
+    Thread-safety: appends, rolls, truncations, retention and log start offset changes are
+    serialised by one lock; :meth:`flush` has its own lock and runs concurrently with
+    appends; reads and offset lookups take no lock at all. Not idempotent: every
+    :meth:`append` of non-duplicate batches writes.
+    """
+
+    def __init__(
+        self,
+        dir: Path,
+        config: LogConfig,
+        segments: LogSegments,
+        *,
+        log_start_offset: int,
+        recovery_point: int,
+        log_end_offset: int,
+        high_watermark: int | None,
+        leader_epoch_cache: LeaderEpochFileCache,
+        producer_state_manager: ProducerStateManager,
+        topic_id: uuid.UUID | None,
+        time_ms: Callable[[], int],
+    ) -> None:
+        """Use :meth:`open`."""
+        super().__init__(
+            dir,
+            config,
+            segments,
+            recovery_point=recovery_point,
+            log_end_offset=log_end_offset,
+            time_ms=time_ms,
+        )
+        self._append_config = AppendConfig.of(config)
+        self._topic_id = topic_id
+        self.leader_epoch_cache = leader_epoch_cache
+        self.producer_state_manager = producer_state_manager
+
+        self._log_start_offset = log_start_offset
+        self._local_log_start_offset = max(
+            log_start_offset, segments.first_segment_base_offset or 0
+        )
+        hw = log_end_offset if high_watermark is None else high_watermark
+        self._high_watermark = min(max(hw, log_start_offset), log_end_offset)
+        self._latest_epoch = leader_epoch_cache.latest_epoch
+
+        #: Tiered storage gates local deletion on the remote copy state; None allows all.
+        self.can_delete_local_segment: Callable[[LogSegment], bool] | None = None
+        #: Tiered storage: highest offset copied to remote storage (-1: none), advanced by the
+        #: RemoteLogManager. Gates local deletion (see _is_segment_eligible_for_deletion).
+        self._highest_offset_in_remote_storage = -1
+
+    # ================================================================== open
+
+    @classmethod
+    def open(
+        cls,
+        dir: Path,
+        config: LogConfig,
+        *,
+        log_start_offset: int | None = None,
+        recovery_point: int = 0,
+        topic_id: uuid.UUID | None = None,
+        had_clean_shutdown: bool = False,
+        time_ms: Callable[[], int] = wall_clock_ms,
+        high_watermark: int | None = None,
+    ) -> UnifiedLog:
+        """Open (creating when needed) the log in ``dir``, recovering it after a crash.
+
+        ``log_start_offset`` and ``recovery_point`` come from the log dir's checkpoints;
+        ``high_watermark`` from the replication checkpoint (None: the log end offset, right
+        for a single replica). See :mod:`tierlog.log.log_loader` for what loading does.
+
+        Raises:
+            InconsistentTopicId: ``partition.metadata`` names another topic id.
+            OSError: the directory or a file could not be read or written.
+        """
+        dir = Path(dir)
+        dir.mkdir(parents=True, exist_ok=True)
+        topic_id = _load_topic_id(dir, topic_id)
+
+        checkpoint = LeaderEpochCheckpointFile(LeaderEpochCheckpointFile.new_file(dir))
+        rebuild_epochs = False
+        try:
+            leader_epoch_cache = LeaderEpochFileCache(checkpoint)
+        except CorruptCheckpointError as e:
+            log.warning("%s: %s; rebuilding the leader epoch cache from the log", dir, e)
+            checkpoint.path.unlink(missing_ok=True)
+            leader_epoch_cache = LeaderEpochFileCache(checkpoint)
+            rebuild_epochs = True
+
+        segments = LogSegments()
+        loader = LogLoader(
+            dir,
+            config,
+            segments,
+            log_start_offset_checkpoint=log_start_offset,
+            recovery_point_checkpoint=recovery_point,
+            had_clean_shutdown=had_clean_shutdown,
+            leader_epoch_cache=leader_epoch_cache,
+            time_ms=time_ms,
+            remote_log_enabled=config.remote_storage_enable,
+        )
+        offsets = loader.load()
+        if rebuild_epochs:
+            rebuild_leader_epochs(leader_epoch_cache, segments)
+            truncate_leader_epochs(
+                leader_epoch_cache, offsets.log_start_offset, offsets.log_end_offset
+            )
+
+        producer_state_manager = ProducerStateManager(dir)
+        producer_state_manager.remove_stray_snapshots(segments.base_offsets())
+        rebuild_producer_state(
+            producer_state_manager,
+            segments,
+            offsets.log_start_offset,
+            offsets.log_end_offset,
+            time_ms(),
+        )
+        return cls(
+            dir,
+            config,
+            segments,
+            log_start_offset=offsets.log_start_offset,
+            recovery_point=offsets.recovery_point,
+            log_end_offset=offsets.log_end_offset,
+            high_watermark=high_watermark,
+            leader_epoch_cache=leader_epoch_cache,
+            producer_state_manager=producer_state_manager,
+            topic_id=topic_id,
+            time_ms=time_ms,
+        )
+
+    # ================================================================== properties
+
+    @property
+    def topic_id(self) -> uuid.UUID | None:
+        return self._topic_id
+
+    def update_config(self, new_config: LogConfig) -> None:
+        """Swap in a new configuration (atomic; applies to the next append / retention run).
+        Per-segment settings (index interval, jitter) apply to segments created later."""
+        self._append_config = AppendConfig.of(new_config)
+        self._config = new_config
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def local_log_start_offset(self) -> int:
+        return self._local_log_start_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @high_watermark.setter
+    def high_watermark(self, offset: int) -> None:
+        self.update_high_watermark(offset)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """No transactions yet: the high watermark."""
+        return self._high_watermark
+
+    @property
+    def remote_log_enabled(self) -> bool:
+        return self._config.remote_storage_enable
+
+    @property
+    def remote_log_copy_enabled(self) -> bool:
+        """Remote storage on and copying not disabled (Kafka's
+        ``remoteLogEnabledAndRemoteCopyEnabled``): local retention applies to local segments
+        and deleting them moves only the local log start offset. With
+        ``remote.log.copy.disable`` the total retention applies locally, as without tiering."""
+        return self._config.remote_storage_enable and not self._config.get(
+            "remote.log.copy.disable"
+        )
+
+    @property
+    def highest_offset_in_remote_storage(self) -> int:
+        """Highest offset copied to remote storage, -1 when none (ListOffsets -5)."""
+        return self._highest_offset_in_remote_storage
+
+    def update_highest_offset_in_remote_storage(self, offset: int) -> None:
+        """Record that offsets up to ``offset`` are in remote storage (only ever grows)."""
+        if self.remote_log_enabled and offset > self._highest_offset_in_remote_storage:
+            self._highest_offset_in_remote_storage = offset
+
+    def __repr__(self) -> str:
+        return (
+            f"Log(dir={str(self._dir)!r}, log_start_offset={self._log_start_offset}, "
+            f"log_end_offset={self._leo.offset}, segments={self._segments.number_of_segments})"
+        )
+
+    # ================================================================== high watermark
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the high watermark, clamped to [log start offset, log end offset]; returns it."""
+        hw = min(max(offset, self._log_start_offset), self._leo.offset)
+        self._high_watermark = hw
+        return hw
+
+    def maybe_increment_high_watermark(self, offset: int) -> bool:
+        """Raise the high watermark to ``offset`` (never lowers it); True when it moved."""
+        offset = min(offset, self._leo.offset)
+        if offset > self._high_watermark:
+            self._high_watermark = offset
+            return True
+        return False
+
+    # ================================================================== append
+
+    def append(
+        self,
+        records: bytes | bytearray | memoryview,
+        *,
+        leader_epoch: int = 0,
+        assign_offsets: bool = True,
+        origin_client: bool = True,
+    ) -> LogAppendInfo:
+        """Validate and append record batches; returns where they went.
+
+        Every batch is checked (header, size, CRC-32C, counts, codec, timestamps); with
+        ``assign_offsets`` the batches get consecutive offsets from the log end offset and
+        ``leader_epoch`` as partitionLeaderEpoch (the CRC does not cover them; ``records``
+        itself is never modified: a single batch is written as a patched 16-byte prefix plus
+        the rest of ``records``, several batches from a patched copy), otherwise
+        (replication) their offsets are kept and must not go backwards.
+        A batch an idempotent producer already wrote is not written again: the original
+        offsets come back with ``duplicate=True``.
+
+        Raises:
+            InvalidRecord: empty input, a count that contradicts lastOffsetDelta, a control
+                batch from a client, or offsets that go backwards (replication).
+            CorruptRecordError: a truncated batch, trailing bytes, bad magic or CRC.
+            MessageTooLarge: a batch larger than ``max.message.bytes``.
+            RecordListTooLarge: the whole input is larger than ``segment.bytes``.
+            UnsupportedCompressionType: an unknown codec id.
+            InvalidTimestamp: a CreateTime outside the configured bounds.
+            InvalidProducerEpoch, OutOfOrderSequenceNumber: producer state violations.
+            LogSegmentOffsetOverflowError: a single append spans more than 2**31 offsets.
+            OSError: the write failed.
+        """
+        config = self._append_config
+        now = self._time_ms()
+        size = records.nbytes if isinstance(records, memoryview) else len(records)
+        batches, records_count, has_producer_ids = analyze_and_validate_records(
+            records, size, config, origin_client, now
+        )
+        if config.compact and origin_client:
+            validate_keys(records, batches, f"{self._topic}-{self._partition}")
+        if size > config.segment_size:
+            raise RecordListTooLarge(
+                f"message batch size is {size} bytes which exceeds the maximum configured "
+                f"segment size of {config.segment_size}"
+            )
+        log_append_time = config.log_append_time and assign_offsets
+        psm = self.producer_state_manager
+
+        with self._lock:
+            if self._closed:
+                raise ValueError(f"{self} is closed")
+            headers: list[RecordBatchHeader | None] | None = None
+            if has_producer_ids:
+                headers = [
+                    to_batch_header(fields) if fields[10] != NO_PRODUCER_ID else None
+                    for fields in batches
+                ]
+                if origin_client:
+                    for header in headers:
+                        duplicate = psm.check(header) if header is not None else None
+                        if duplicate is not None:
+                            return LogAppendInfo(
+                                duplicate.first_offset,
+                                duplicate.last_offset,
+                                duplicate.timestamp,
+                                duplicate.last_offset,
+                                -1,
+                                self._log_start_offset,
+                                records_count,
+                                size,
+                                True,
+                            )
+
+            leo = self._leo.offset
+            buf: bytes | bytearray | memoryview
+            prefix = b""
+            if assign_offsets:
+                first_offset = leo
+                if len(batches) == 1 and not log_append_time:
+                    # The common case, one batch from a producer: write its first 16 bytes
+                    # patched and the rest from the caller's buffer, with one writev and no
+                    # copy of the batch (below).
+                    fields = batches[0]
+                    prefix = BATCH_PREFIX.pack(leo, fields[2], leader_epoch)
+                    buf = records
+                    last_offset = leo + fields[7]
+                    max_timestamp = fields[9]
+                    offset_of_max_timestamp = last_offset if max_timestamp > NO_TIMESTAMP else -1
+                else:
+                    patched = bytearray(records)
+                    max_timestamp, offset_of_max_timestamp, last_offset = assign_offsets_in_place(
+                        patched, batches, leo, leader_epoch, now if log_append_time else None
+                    )
+                    buf = patched
+            else:
+                buf = records
+                first_offset = batches[0][1]
+                max_timestamp = NO_TIMESTAMP
+                offset_of_max_timestamp = -1
+                expected = leo
+                for fields in batches:
+                    if fields[1] < expected:
+                        raise InvalidRecord(
+                            f"out of order offsets: batch at {fields[1]} appended at log end "
+                            f"offset {leo} (expected >= {expected})"
+                        )
+                    expected = fields[1] + fields[7] + 1
+                    if fields[9] > max_timestamp:
+                        max_timestamp = fields[9]
+                        offset_of_max_timestamp = expected - 1
+                last_offset = expected - 1
+
+            segment = self._segments.active_segment
+            if segment.should_roll_for(
+                config.segment_ms, config.segment_size, max_timestamp, last_offset, size, now
+            ):
+                segment = self._roll(first_offset)
+            if prefix:
+                # `prefix` stands in for the first bytes of `records`; the view is released
+                # at once so the caller may resize a bytearray afterwards, even on an error.
+                with memoryview(records)[len(prefix) :] as rest:
+                    segment.append(
+                        last_offset, max_timestamp, offset_of_max_timestamp, rest, prefix
+                    )
+            else:
+                segment.append(last_offset, max_timestamp, offset_of_max_timestamp, buf)
+
+            if headers is not None:
+                offset = first_offset
+                for fields, batch_header in zip(batches, headers, strict=True):
+                    base = offset if assign_offsets else fields[1]
+                    last = base + fields[7]
+                    offset = last + 1
+                    if batch_header is not None:
+                        psm.update(batch_header, base, last, now if log_append_time else fields[9])
+            psm.update_map_end_offset(last_offset + 1)
+
+            if assign_offsets:
+                if leader_epoch != self._latest_epoch and leader_epoch >= 0:
+                    self._assign_epoch(leader_epoch, first_offset)
+            else:
+                for fields in batches:
+                    if fields[3] != self._latest_epoch and fields[3] >= 0:
+                        self._assign_epoch(fields[3], fields[1])
+
+            # tuple.__new__: LogOffsetMetadata(...) without NamedTuple's argument handling.
+            self._leo = _new_tuple(
+                LogOffsetMetadata, (last_offset + 1, segment.base_offset, segment.log._size)
+            )
+            log_start_offset = self._log_start_offset
+
+        if last_offset + 1 - self._recovery_point >= config.flush_interval:
+            self.flush()
+        return append_info(
+            first_offset,
+            last_offset,
+            max_timestamp,
+            offset_of_max_timestamp,
+            now if log_append_time else -1,
+            log_start_offset,
+            records_count,
+            size,
+            False,
+        )
+
+    def _assign_epoch(self, epoch: int, start_offset: int) -> None:
+        self.leader_epoch_cache.assign(epoch, start_offset)
+        self._latest_epoch = self.leader_epoch_cache.latest_epoch
+
+    # ================================================================== read
+
+    def read(
+        self,
+        start_offset: int,
+        max_length: int,
+        *,
+        max_offset: int | None = None,
+        min_one_message: bool = True,
+    ) -> FetchDataInfo:
+        """Raw batch bytes from the batch holding ``start_offset``, at most ``max_length``
+        bytes (the first batch whole when ``min_one_message``), ending before ``max_offset``
+        (exclusive, at a batch boundary; e.g. the high watermark). The data may end with a
+        partial batch. ``start_offset`` equal to the log end offset (or to ``max_offset``)
+        gives empty records. Lock-free.
+
+        Raises:
+            OffsetOutOfRange: ``start_offset`` is outside [log start offset, log end offset]
+                or not held locally (below the local log start offset).
+            ValueError: negative ``max_length``.
+        """
+        leo = self._leo  # before the segment snapshot: every segment it names is in it
+        snapshot = self._segments.snapshot()
+        if start_offset > leo.offset or start_offset < self._log_start_offset:
+            raise OffsetOutOfRange(
+                f"offset {start_offset} is out of range for {self._topic}-{self._partition}: "
+                f"[{self._log_start_offset}, {leo.offset}]"
+            )
+        if max_offset is None or max_offset >= leo.offset:
+            end = leo
+        else:
+            end = self._offset_metadata(max_offset, snapshot)
+        if start_offset >= end.offset:
+            return FetchDataInfo(start_offset, b"")
+        i = snapshot.floor_index(start_offset)
+        if i < 0:
+            raise OffsetOutOfRange(
+                f"offset {start_offset} is below the local log start offset "
+                f"{self._local_log_start_offset} of {self._topic}-{self._partition}"
+            )
+        segments = snapshot.segments
+        while i < len(segments):
+            segment = segments[i]
+            if segment.base_offset > end.segment_base_offset:
+                break
+            max_position = end.position if segment.base_offset == end.segment_base_offset else None
+            info = segment.read(start_offset, max_length, max_position, min_one_message)
+            if info is not None:
+                return info
+            i += 1
+        return FetchDataInfo(start_offset, b"")
+
+    def _offset_metadata(self, offset: int, snapshot: SegmentsSnapshot) -> LogOffsetMetadata:
+        """Where the batch holding ``offset`` starts (cached for the high watermark)."""
+        cached = self._hw_metadata
+        if cached is not None and cached.offset == offset:
+            return cached
+        segment = snapshot.floor_segment(offset)
+        if segment is None:
+            first = snapshot.segments[0] if snapshot.segments else None
+            base = first.base_offset if first is not None else offset
+            return LogOffsetMetadata(offset, base, 0)
+        found = segment.translate_offset(offset)
+        if found is not None:
+            metadata = LogOffsetMetadata(offset, segment.base_offset, found.position)
+        else:
+            higher = snapshot.higher_segment(segment.base_offset)
+            if higher is not None:
+                metadata = LogOffsetMetadata(offset, higher.base_offset, 0)
+            else:
+                metadata = LogOffsetMetadata(offset, segment.base_offset, segment.size)
+        if offset == self._high_watermark:
+            self._hw_metadata = metadata
+        return metadata
+
+    def offset_for_timestamp(self, target_timestamp: int) -> TimestampOffset | None:
+        """ListOffsets: the first offset whose record timestamp is >= ``target_timestamp``.
+
+        Special values: -2 (earliest) -> (-1, log start offset); -4 (earliest local) ->
+        (-1, local log start offset); -1 (latest) -> (-1, log end offset); -3 (max
+        timestamp) -> (max timestamp, offset of the first record holding it). A real
+        timestamp is resolved record by record as Kafka does (time index, offset index,
+        header scan, then the records of the one matching batch are decoded); None when
+        no record is that late.
+
+        Raises:
+            ValueError: another negative timestamp.
+        """
+        if target_timestamp == EARLIEST_TIMESTAMP:
+            return TimestampOffset(NO_TIMESTAMP, self._log_start_offset)
+        if target_timestamp == EARLIEST_LOCAL_TIMESTAMP:
+            return TimestampOffset(NO_TIMESTAMP, self._local_log_start_offset)
+        if target_timestamp == LATEST_TIMESTAMP:
+            return TimestampOffset(NO_TIMESTAMP, self._leo.offset)
+        if target_timestamp == LATEST_TIERED_TIMESTAMP:
+            tiered = self._highest_offset_in_remote_storage if self.remote_log_enabled else -1
+            return TimestampOffset(NO_TIMESTAMP, tiered)
+        segments = self._segments.values()
+        if target_timestamp == MAX_TIMESTAMP:
+            best: LogSegment | None = None
+            for segment in segments:
+                if best is None or segment.max_timestamp_so_far > best.max_timestamp_so_far:
+                    best = segment
+            if best is None or best.max_timestamp_so_far < 0:
+                return None
+            found = best.offset_of_max_timestamp()
+            return TimestampOffset(*found) if found is not None else None
+        if target_timestamp < 0:
+            raise ValueError(f"unsupported special timestamp {target_timestamp}")
+        start = self._log_start_offset
+        for segment in segments:
+            if segment.largest_timestamp >= target_timestamp:
+                found = segment.find_offset_by_timestamp(target_timestamp, start)
+                if found is not None:
+                    return TimestampOffset(*found)
+        return None
+
+    # ================================================================== roll and flush
+
+    def roll(self, expected_next_offset: int | None = None) -> LogSegment:
+        """Start a new active segment at max(``expected_next_offset``, log end offset)."""
+        with self._lock:
+            return self._roll(expected_next_offset)
+
+    def maybe_roll(self, messages_size: int, max_timestamp: int, max_offset: int) -> LogSegment:
+        """Roll when an append of this size / timestamp / last offset needs a new segment."""
+        with self._lock:
+            segment = self._segments.active_segment
+            config = self._config
+            if segment.should_roll_for(
+                config.segment_ms,
+                config.segment_size,
+                max_timestamp,
+                max_offset,
+                messages_size,
+                self._time_ms(),
+            ):
+                segment = self._roll(max(max_offset - (2**31 - 1), self._leo.offset))
+            return segment
+
+    def _roll(self, expected_next_offset: int | None) -> LogSegment:
+        leo = self._leo.offset
+        new_offset = max(expected_next_offset or 0, leo)
+        active = self._segments.active_segment
+        if active.base_offset == new_offset and active.size == 0:
+            return active  # nothing to roll: the empty active segment already starts there
+        if new_offset <= active.base_offset:
+            raise ValueError(
+                f"cannot roll {self} to {new_offset}: the active segment starts at "
+                f"{active.base_offset}"
+            )
+        active.on_become_inactive_segment()
+        config = self._config
+        segment = LogSegment.open(
+            self._dir,
+            new_offset,
+            config,
+            init_file_size=config.segment_size if config.get("preallocate") else 0,
+            preallocate=bool(config.get("preallocate")),
+            time_ms=self._time_ms,
+        )
+        self._segments.add(segment)
+        self._leo = LogOffsetMetadata(leo, new_offset, 0)
+        self.producer_state_manager.take_snapshot(new_offset)
+        self._schedule_flush(new_offset)
+        log.debug("%s: rolled new segment at offset %d", self, new_offset)
+        return segment
+
+    # ================================================================== retention
+
+    def delete_old_segments(self, now_ms: int | None = None) -> int:
+        """Apply retention; returns the number of segments deleted.
+
+        With ``cleanup.policy`` including delete: segments whose largest timestamp is older
+        than ``retention.ms``, the oldest segments while the log exceeds ``retention.bytes``,
+        and segments entirely below the log start offset; otherwise only the last. Only
+        segments below the high watermark, oldest first, and only while
+        :attr:`can_delete_local_segment` allows. An expired active segment is rolled first
+        (Kafka rolls when every segment would go). With remote storage enabled the local
+        retention settings apply and the local log start offset moves instead.
+        """
+        with self._lock:
+            if self._closed:
+                return 0
+            now = self._time_ms() if now_ms is None else now_ms
+            deleted = self._delete_log_start_offset_breached_segments()
+            if self._config.delete_enabled:
+                deleted += self._delete_retention_size_breached_segments()
+                deleted += self._delete_retention_ms_breached_segments(now)
+            return deleted
+
+    def _delete_retention_ms_breached_segments(self, now: int) -> int:
+        config = self._config
+        retention_ms = (
+            config.local_retention_ms if self.remote_log_copy_enabled else config.retention_ms
+        )
+        if retention_ms < 0:
+            return 0
+        return self._delete_segments(
+            lambda segment, _next: now - segment.largest_timestamp > retention_ms,
+            f"retention time {retention_ms}ms breach",
+        )
+
+    def _delete_retention_size_breached_segments(self) -> int:
+        config = self._config
+        retention_size = (
+            config.local_retention_bytes if self.remote_log_copy_enabled else config.retention_size
+        )
+        size = self._segments.size_in_bytes()
+        if retention_size < 0 or size < retention_size:
+            return 0
+        excess = size - retention_size
+
+        def should_delete(segment: LogSegment, _next: LogSegment | None) -> bool:
+            nonlocal excess
+            if excess - segment.size >= 0:
+                excess -= segment.size
+                return True
+            return False
+
+        return self._delete_segments(should_delete, f"retention size {retention_size} breach")
+
+    def _delete_log_start_offset_breached_segments(self) -> int:
+        bound = (
+            self._local_log_start_offset if self.remote_log_copy_enabled else self._log_start_offset
+        )
+        return self._delete_segments(
+            lambda _segment, next_segment: (
+                next_segment is not None and next_segment.base_offset <= bound
+            ),
+            f"log start offset {bound} breach",
+        )
+
+    def _delete_segments(
+        self, predicate: Callable[[LogSegment, LogSegment | None], bool], reason: str
+    ) -> int:
+        deletable = self._deletable_segments(predicate)
+        if not deletable:
+            return 0
+        to_delete = list(deletable)
+        if len(to_delete) == self._segments.number_of_segments:
+            # Always keep a segment: roll a new one before deleting them all.
+            new_segment = self._roll(None)
+            if to_delete[-1].base_offset == new_segment.base_offset:
+                to_delete.pop()
+        if not to_delete:
+            return 0
+        log.info(
+            "%s: deleting segments %s due to %s", self, [s.base_offset for s in to_delete], reason
+        )
+        self._remove_and_delete_segments(to_delete)
+        first_base = self._segments.first_segment_base_offset
+        assert first_base is not None
+        self.producer_state_manager.delete_snapshots_before(first_base)
+        self._increment_start_offset(first_base)
+        return len(to_delete)
+
+    def _deletable_segments(
+        self, predicate: Callable[[LogSegment, LogSegment | None], bool]
+    ) -> list[LogSegment]:
+        segments = self._segments.values()
+        leo = self._leo.offset
+        high_watermark = self._high_watermark
+        hook = self.can_delete_local_segment
+        tiered = self.remote_log_copy_enabled
+        deletable: list[LogSegment] = []
+        should_roll = False
+        for i, segment in enumerate(segments):
+            next_segment = segments[i + 1] if i + 1 < len(segments) else None
+            upper_bound = next_segment.base_offset if next_segment is not None else leo
+            is_last_and_empty = next_segment is None and segment.size == 0
+            matched = high_watermark >= upper_bound and predicate(segment, next_segment)
+            if matched and tiered and next_segment is None and segment.size > 0:
+                should_roll = True  # roll so the segment can be copied, then deleted
+            if (
+                matched
+                and not is_last_and_empty
+                and (
+                    not tiered or self._is_segment_eligible_for_deletion(next_segment, upper_bound)
+                )
+                and (hook is None or hook(segment))
+            ):
+                deletable.append(segment)
+            else:
+                break
+        if should_roll:
+            self._roll(None)
+        return deletable
+
+    def _is_segment_eligible_for_deletion(
+        self, next_segment: LogSegment | None, upper_bound: int
+    ) -> bool:
+        """Tiered: a local segment goes only once it is in remote storage (its last offset
+        <= the highest offset in remote storage) or below the log start offset (Kafka's
+        ``isSegmentEligibleForDeletion``)."""
+        if upper_bound > 0 and upper_bound - 1 <= self._highest_offset_in_remote_storage:
+            return True
+        return next_segment is not None and self._log_start_offset >= next_segment.base_offset
+
+    def _increment_start_offset(self, start_offset: int) -> None:
+        if self.remote_log_copy_enabled:
+            if start_offset > self._local_log_start_offset:
+                self._local_log_start_offset = start_offset
+        else:
+            self._maybe_increment_log_start_offset(start_offset)
+
+    def _maybe_increment_log_start_offset(self, new_log_start_offset: int) -> bool:
+        if new_log_start_offset > self._high_watermark:
+            raise OffsetOutOfRange(
+                f"cannot increment the log start offset to {new_log_start_offset} of "
+                f"{self._topic}-{self._partition}: it is larger than the high watermark "
+                f"{self._high_watermark}"
+            )
+        if self.remote_log_enabled:
+            self._local_log_start_offset = max(new_log_start_offset, self._local_log_start_offset)
+        if new_log_start_offset <= self._log_start_offset:
+            return False
+        self._log_start_offset = new_log_start_offset
+        self._local_log_start_offset = max(new_log_start_offset, self._local_log_start_offset)
+        earliest = self.leader_epoch_cache.earliest_entry
+        if earliest is not None and earliest.start_offset < new_log_start_offset:
+            self.leader_epoch_cache.truncate_from_start(new_log_start_offset)
+        self.producer_state_manager.on_log_start_offset_incremented(new_log_start_offset)
+        return True
+
+    def maybe_increment_log_start_offset(self, new_log_start_offset: int) -> bool:
+        """Raise the log start offset (never lowers it); True when it moved.
+
+        Raises:
+            OffsetOutOfRange: the offset is above the high watermark.
+        """
+        with self._lock:
+            return self._maybe_increment_log_start_offset(new_log_start_offset)
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: make ``offset`` the log start offset (-1: the high watermark);
+        returns the new log start offset. Segments entirely below it are deleted by the next
+        :meth:`delete_old_segments`.
+
+        Raises:
+            OffsetOutOfRange: ``offset`` is negative or above the high watermark.
+        """
+        with self._lock:
+            if offset == DELETE_TO_HIGH_WATERMARK:
+                offset = self._high_watermark
+            if offset < 0:
+                raise OffsetOutOfRange(f"cannot delete records before negative offset {offset}")
+            self._maybe_increment_log_start_offset(offset)
+            return self._log_start_offset
+
+    # ================================================================== compaction
+
+    def last_records_of_active_producers(self) -> dict[int, tuple[int, int]]:
+        """producer id -> (last data offset, producer epoch) of every producer with state
+        (Kafka's ``lastRecordsOfActiveProducers``): the log cleaner keeps the batch holding a
+        producer's last data offset, even when it empties it."""
+        with self._lock:
+            return {
+                pid: (entry.last_data_offset, entry.producer_epoch)
+                for pid, entry in self.producer_state_manager.active_producers.items()
+            }
+
+    # ================================================================== truncation
+
+    def truncate_to(self, target_offset: int) -> bool:
+        """Remove every batch holding an offset >= ``target_offset`` (a follower diverging
+        from its leader); False when there was nothing to remove.
+
+        Raises:
+            ValueError: negative ``target_offset``.
+        """
+        if target_offset < 0:
+            raise ValueError(f"cannot truncate {self} to a negative offset {target_offset}")
+        with self._lock:
+            if target_offset >= self._leo.offset:
+                return False
+            first_base = self._segments.first_segment_base_offset
+            if first_base is None or first_base > target_offset:
+                self._truncate_fully_and_start_at(target_offset)
+                return True
+            later = [s for s in self._segments.values() if s.base_offset > target_offset]
+            self._remove_and_delete_segments(later)
+            active = self._segments.active_segment
+            active.truncate_to(target_offset)
+            self._leo = LogOffsetMetadata(target_offset, active.base_offset, active.size)
+            self._hw_metadata = None
+            self.leader_epoch_cache.truncate_from_end(target_offset)
+            self._latest_epoch = self.leader_epoch_cache.latest_epoch
+            self._log_start_offset = min(target_offset, self._log_start_offset)
+            self._local_log_start_offset = min(target_offset, self._local_log_start_offset)
+            rebuild_producer_state(
+                self.producer_state_manager,
+                self._segments,
+                self._log_start_offset,
+                target_offset,
+                self._time_ms(),
+            )
+            if self._high_watermark > target_offset:
+                self._high_watermark = target_offset
+            with self._flush_lock:
+                if self._recovery_point > target_offset:
+                    self._recovery_point = target_offset
+            return True
+
+    def truncate_fully_and_start_at(self, new_offset: int) -> None:
+        """Delete every segment and start empty at ``new_offset`` (log start offset too)."""
+        if new_offset < 0:
+            raise ValueError(f"cannot start {self} at a negative offset {new_offset}")
+        with self._lock:
+            self._truncate_fully_and_start_at(new_offset)
+
+    def _truncate_fully_and_start_at(self, new_offset: int) -> None:
+        # Unlink first: a new segment may reuse a removed one's file names, while readers
+        # holding the old segment keep reading its unlinked files.
+        for removed in self._segments.clear():
+            removed.delete_if_exists()
+        config = self._config
+        segment = LogSegment.open(
+            self._dir,
+            new_offset,
+            config,
+            init_file_size=config.segment_size if config.get("preallocate") else 0,
+            preallocate=bool(config.get("preallocate")),
+            time_ms=self._time_ms,
+        )
+        self._segments.add(segment)
+        self._leo = LogOffsetMetadata(new_offset, new_offset, 0)
+        self._hw_metadata = None
+        self.leader_epoch_cache.clear_and_flush()
+        self._latest_epoch = None
+        self.producer_state_manager.truncate_fully_and_start_at(new_offset)
+        self._log_start_offset = new_offset
+        self._local_log_start_offset = new_offset
+        self._high_watermark = new_offset
+        with self._flush_lock:
+            self._recovery_point = new_offset
+
+    # ================================================================== close and delete
+
+    def close(self) -> None:
+        """Snapshot producer state, then flush, trim and close every segment. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self.await_background_flush()
+            self.producer_state_manager.take_snapshot()
+            with self._flush_lock:
+                self._closed = True
+                self._segments.close()
+                self._recovery_point = self._leo.offset
+
+    def delete(self) -> None:
+        """Delete every file and the directory. Readers still holding segments keep reading
+        the unlinked files until they drop them."""
+        with self._lock:
+            self.await_background_flush()
+            self._closed = True
+            for segment in self._segments.clear():
+                segment.delete_if_exists()
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+
+# ====================================================================== helpers
+
+
+def _load_topic_id(dir: Path, topic_id: uuid.UUID | None) -> uuid.UUID | None:
+    metadata = PartitionMetadataFile(PartitionMetadataFile.new_file(dir))
+    try:
+        existing = metadata.read()
+    except CorruptCheckpointError as e:
+        log.warning("%s: %s; ignoring it", dir, e)
+        existing = None
+    if topic_id is None:
+        return existing
+    if existing is not None and existing != topic_id:
+        raise InconsistentTopicId(
+            f"topic id {topic_id} does not match {existing} in {metadata.path}"
+        )
+    if existing != topic_id:
+        metadata.write(topic_id)
+    return topic_id
