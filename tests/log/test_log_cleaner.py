@@ -334,6 +334,29 @@ def test_offset_map_full_cleans_what_it_mapped(open_log, clock: Clock) -> None:
     assert records(log) == [(2 * i + 1, b"key%03d" % i, b"w") for i in range(200)]
 
 
+def test_a_fetch_skips_segments_left_with_only_empty_batches(open_log, clock: Clock) -> None:
+    """Every segment but the last one superseded: the cleaner leaves each its last batch,
+    emptied. A read from the start returns records, not ten fetches of empty batches
+    (librdkafka gives up after ten fetches without a record)."""
+    log = open_log(compact_config(segment_bytes=1000))  # one group per segment
+    for segment in range(12):
+        for i in range(10):
+            append(log, [(b"k%d" % i, b"%d-%d" % (segment, i))], clock.now)
+        log.roll()
+    clean_once(log, clock.now)
+    assert log.number_of_segments == 13
+    assert all(len(batches_of(s)) == 1 for s in log.segments.values()[:11])
+    info = log.read(0, 1 << 20)
+    headers = list(iter_headers(info.records))
+    assert headers[0].base_offset == 110
+    assert sum(h.records_count for h in headers) == 10
+    assert records(log) == [(110 + i, b"k%d" % i, b"11-%d" % i) for i in range(10)]
+
+
+def batches_of(segment) -> list[RecordBatchHeader]:
+    return list(segment.log.batches_from(0))
+
+
 def test_keyless_records_are_refused_on_compacted_topics(open_log, clock: Clock) -> None:
     log = open_log(compact_config())
     with pytest.raises(InvalidRecord) as e:

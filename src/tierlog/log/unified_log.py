@@ -55,7 +55,14 @@ from tierlog.log.log_validator import (
 from tierlog.log.partition_metadata_file import PartitionMetadataFile
 from tierlog.log.producer_state_manager import ProducerStateManager
 from tierlog.log.time_index import TimestampOffset
-from tierlog.records.record_batch import NO_PRODUCER_ID, NO_TIMESTAMP, RecordBatchHeader
+from tierlog.records.record_batch import (
+    LOG_OVERHEAD,
+    NO_PRODUCER_ID,
+    NO_TIMESTAMP,
+    RECORD_BATCH_OVERHEAD,
+    RECORDS_COUNT_OFFSET,
+    RecordBatchHeader,
+)
 
 __all__ = [
     "EARLIEST_LOCAL_TIMESTAMP",
@@ -82,6 +89,7 @@ DELETE_TO_HIGH_WATERMARK = -1
 
 
 _new_tuple = tuple.__new__
+_RECORDS_COUNT_OFFSET = RECORDS_COUNT_OFFSET
 
 
 class UnifiedLog(LocalLog):
@@ -514,6 +522,19 @@ class UnifiedLog(LocalLog):
             max_position = end.position if segment.base_offset == end.segment_base_offset else None
             info = segment.read(start_offset, max_length, max_position, min_one_message)
             if info is not None:
+                records = info.records
+                if (
+                    i + 1 < len(segments)
+                    and segment.base_offset < end.segment_base_offset
+                    and records[_RECORDS_COUNT_OFFSET:RECORD_BATCH_OVERHEAD] == b"\0\0\0\0"
+                    and _only_empty_batches(records)
+                ):
+                    # The rest of a compacted segment is empty batches (kept by the cleaner
+                    # for producer state): go on to the next segment. A fetch that brings
+                    # back no record at all makes librdkafka double its fetch size, and
+                    # fail after ten in a row.
+                    i += 1
+                    continue
                 return info
             i += 1
         return FetchDataInfo(start_offset, b"")
@@ -929,6 +950,16 @@ class UnifiedLog(LocalLog):
 
 
 # ====================================================================== helpers
+
+
+def _only_empty_batches(buf: bytes) -> bool:
+    """True when ``buf`` is whole batches, every one without records."""
+    pos, n = 0, len(buf)
+    while n - pos >= RECORD_BATCH_OVERHEAD:
+        if buf[pos + _RECORDS_COUNT_OFFSET : pos + RECORD_BATCH_OVERHEAD] != b"\0\0\0\0":
+            return False
+        pos += int.from_bytes(buf[pos + 8 : pos + 12], "big") + LOG_OVERHEAD
+    return pos == n
 
 
 def _load_topic_id(dir: Path, topic_id: uuid.UUID | None) -> uuid.UUID | None:
