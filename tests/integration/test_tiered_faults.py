@@ -60,6 +60,19 @@ def _tier(b, topic: str, n: int, partitions: int = 1, **configs: str) -> list:
     return sent
 
 
+def _wait_at_rest(b, topic: str, partitions: int) -> None:
+    """Until every rolled segment of each partition is copied (all COPY_SEGMENT_FINISHED)
+    and local retention is done (tiered_support.at_rest; the topics of _tier keep 1 byte)."""
+    for p in range(partitions):
+        wait_until(
+            lambda p=p: (
+                at_rest(b, topic, p, local_retention_bytes=1)
+                and {s["state"] for s in segments(b, topic, p)} == {"COPY_SEGMENT_FINISHED"}
+            ),
+            what=f"{topic}-{p} tiered and at rest",
+        )
+
+
 def _converged(b, topic: str, n: int) -> bool:
     """Everything but the active segment tiered and no STARTED state left."""
     states = {s["state"] for s in segments(b, topic)}
@@ -246,14 +259,7 @@ def test_sigkill_in_the_middle_of_a_topic_deletion_resumes_it(tiered_env):
     _tier(b, topic, 1500, partitions=2)
     # Tiering at rest before anything is counted: a copy finishing between the two counts
     # below made them disagree (seen twice in full runs).
-    for p in (0, 1):
-        wait_until(
-            lambda p=p: (
-                at_rest(b, topic, p, local_retention_bytes=1)
-                and {s["state"] for s in segments(b, topic, p)} == {"COPY_SEGMENT_FINISHED"}
-            ),
-            what=f"{topic}-{p} tiered and at rest",
-        )
+    _wait_at_rest(b, topic, 2)
     (topic_id,) = {p["topic_id"] for p in remote_ls(b, topic)}
     tiered_segments = {p: len(segments(b, topic, p)) for p in (0, 1)}
     assert all(tiered_segments.values())
@@ -353,6 +359,9 @@ def test_remote_object_deleted_behind_our_back(tiered_env):
     b = env.start()
     topic = "vanished"
     _tier(b, topic, 1500, partitions=2)
+    # At rest first: `remote verify` below must find exactly the one missing object, not
+    # also an upload still in flight.
+    _wait_at_rest(b, topic, 2)
     victim = finished(b, topic, 0)[1]
     env.store.delete(object_key(env.store, victim["log_object"]))
     cli = [sys.executable, "-m", "tierlog.cli", "remote"]
