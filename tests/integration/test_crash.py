@@ -13,6 +13,13 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.integration.clients import cf_consume, cf_high_watermark
+from tests.integration.test_resource_exhaustion import (
+    create_topics,
+    delete_topics,
+    produce,
+    values_of,
+)
+from tests.integration.wire import WireClient, request_class
 
 KILLS = 20
 
@@ -100,3 +107,44 @@ def test_sigkill_loop_loses_and_duplicates_nothing_acknowledged(fresh_broker):
         f"{b.starts - 1} kills, {len(acked)} acknowledged, {len(msgs)} in the log, "
         f"{len(failed)} delivery errors, read back in {read_seconds:.1f} s"
     )
+
+
+def _topic_ids(c: WireClient) -> dict[str, tuple[str, int]]:
+    """Metadata v12 for all topics: name -> (topic id, partition count)."""
+    cls = request_class(3, 12)
+    resp = c.call(
+        cls(topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    )
+    assert all(t.error_code == 0 for t in resp.topics)
+    return {t.name: (str(t.topic_id), len(t.partitions)) for t in resp.topics}
+
+
+def test_sigkill_right_after_create_and_delete_topics_loses_no_topic(fresh_broker):
+    """``partition.metadata`` is written without fsync (the topic registry is the durable
+    record): a broker SIGKILLed right after CreateTopics (and DeleteTopics) returned restarts
+    with every created topic -- same ids, same partition counts, every partition writable --
+    and without the deleted one."""
+    b = fresh_broker
+    topics = {f"born-{i}": 20 for i in range(5)}
+    c = WireClient(b.bootstrap, timeout=60)
+    try:
+        assert create_topics(c, {"doomed": 3}) == {"doomed": 0}
+        assert create_topics(c, topics) == dict.fromkeys(topics, 0)
+        assert delete_topics(c, ["doomed"]) == {"doomed": 0}
+        before = _topic_ids(c)
+    finally:
+        c.close()
+    b.kill()
+    b.start()
+    c = WireClient(b.bootstrap, timeout=60)
+    try:
+        after = _topic_ids(c)
+        assert {n: after.get(n) for n in topics} == {n: before[n] for n in topics}
+        assert before[next(iter(topics))][1] == 20
+        assert "doomed" not in after
+        for name, n in topics.items():
+            assert produce(c, name, range(n), name.encode()) == dict.fromkeys(range(n), 0)
+    finally:
+        c.close()
+    for name, n in topics.items():
+        assert values_of(b.bootstrap, name, n) == [name.encode()] * n

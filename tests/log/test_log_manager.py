@@ -457,6 +457,52 @@ def test_registered_partition_without_dir_is_recreated(make, dirs, managers):
     assert m2.get_log("t", 1).log_end_offset == 0
 
 
+def test_partition_metadata_lost_by_a_machine_crash_is_restored_from_the_registry(
+    make, dirs, managers
+):
+    """``partition.metadata`` is written without fsync: a machine crash may leave it missing,
+    empty or torn. The registry (fsynced before the logs are created) has the topic id."""
+    m = make()
+    info = m.create_topic("t", 3, {})
+    for p in range(3):
+        m.get_log("t", p).append(batch())
+    paths = [m.get_log("t", p).dir / "partition.metadata" for p in range(3)]
+    m.shutdown()
+    paths[0].unlink()
+    paths[1].write_bytes(b"")
+    paths[2].write_bytes(b"version: 0\ntopic_id: AAAA")
+    for d in dirs:  # and no clean shutdown
+        (d / ".kafka_cleanshutdown").unlink(missing_ok=True)
+    m2 = make()
+    assert m2.topic("t").topic_id == info.topic_id
+    for p, path in enumerate(paths):
+        assert m2.get_log("t", p).log_end_offset == 1
+        assert PartitionMetadataFile(path).read() == info.topic_id
+
+
+def test_delete_flushes_partition_metadata_before_the_tombstone(make, monkeypatch):
+    """Once the registry forgets a topic, only ``partition.metadata`` tells a dir that
+    survived a machine crash before its rename (tombstoned id: removed) from one to adopt."""
+    m = make()
+    m.create_topic("t", 2, {})
+    events: list[str] = []
+    flush = PartitionMetadataFile.flush
+    save = LogManager._save_registry
+
+    def recording_flush(self: PartitionMetadataFile) -> None:
+        events.append(f"flush {self.path.parent.name}")
+        flush(self)
+
+    def recording_save(self: LogManager, *args: Any, **kwargs: Any) -> None:
+        events.append("registry")
+        save(self, *args, **kwargs)
+
+    monkeypatch.setattr(PartitionMetadataFile, "flush", recording_flush)
+    monkeypatch.setattr(LogManager, "_save_registry", recording_save)
+    m.delete_topic("t")
+    assert events == ["flush t-0", "flush t-1", "registry"]
+
+
 # --------------------------------------------------------------------------- background work
 
 

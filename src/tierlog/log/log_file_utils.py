@@ -151,12 +151,16 @@ def fsync_dir(dir: Path) -> None:
         os.close(fd)
 
 
-def write_atomically(path: Path, data: bytes) -> None:
+def write_atomically(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Replace ``path`` with ``data`` so that a crash leaves either the old or the new content.
 
     Writes ``<path>.tmp``, fsyncs it, renames it over ``path`` (atomic on POSIX) and fsyncs the
     directory so the rename itself survives a crash. A stale ``.tmp`` from an earlier crash is
     overwritten. Kafka's ``CheckpointFile.write`` + ``Utils.atomicMoveWithFallback``.
+
+    ``durable=False`` skips both fsyncs: a crash of the process still leaves the old or the
+    new content (the page cache survives it), a crash of the machine may leave the old one, or
+    for a new file none or an empty one -- for files another durable record can restore.
 
     Raises:
         OSError: the write, fsync or rename failed (the original file is left untouched).
@@ -170,14 +174,16 @@ def write_atomically(path: Path, data: bytes) -> None:
             while view:
                 written = os.write(fd, view)
                 view = view[written:]
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         tmp.replace(path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
 #: errnos that say a resource ran out (descriptors, space, quota, memory), not that the disk is

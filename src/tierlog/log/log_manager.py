@@ -460,9 +460,28 @@ class LogManager:
                 raise UnknownTopicOrPartition(f"Topic '{name}' does not exist.")
             topics = dict(self._topics)
             del topics[name]
+            self._flush_partition_metadata(name, info.num_partitions)
             self._save_registry(topics, deleted=self._deleted_ids | {info.topic_id})
             self._drop_logs(name, range(info.num_partitions))
         self._wakeup.set()
+
+    def _flush_partition_metadata(self, name: str, num_partitions: int) -> None:
+        """Make the topic's ``partition.metadata`` files durable before its tombstone is.
+
+        They are written without fsync (the registry is the durable record of a topic id,
+        see :func:`~tierlog.log.log._load_topic_id`), but once the registry forgets the topic
+        only the file tells a partition dir that survived a machine crash before its rename
+        (its id is tombstoned: removed) from one to adopt. A file that cannot be flushed is
+        logged: the delete goes on (the next startup adopts such a dir at worst).
+        """
+        for p in range(num_partitions):
+            lg = self._logs.get((name, p))
+            if lg is None:
+                continue
+            try:
+                PartitionMetadataFile(PartitionMetadataFile.new_file(lg.dir)).flush()
+            except OSError as e:
+                log.warning("cannot flush the partition.metadata of %s: %s", lg.dir, e)
 
     def alter_topic_config(
         self, name: str, overrides: Mapping[str, str | None], *, incremental: bool
@@ -803,10 +822,13 @@ class LogManager:
                 self._log_dir_of[tp] = d
                 jobs.append((entry, tp, info.topic_id, clean, recovery.get(tp, 0), starts.get(tp)))
         # Registered partitions without a dir (a crash after the registry write): create them.
+        counts: dict[Path, int] | None = None
         for name, info in self._topics.items():
             for p in range(info.num_partitions):
                 if (name, p) not in self._log_dir_of:
-                    d = self._next_log_dir()
+                    if counts is None:
+                        counts = self._partition_counts(self._log_dir_of)
+                    d = self._next_log_dir(counts)
                     self._log_dir_of[(name, p)] = d
                     jobs.append(
                         (d / lfu.log_dir_name(name, p), (name, p), info.topic_id, True, 0, None)
@@ -878,8 +900,9 @@ class LogManager:
         logs = dict(self._logs)
         dirs = dict(self._log_dir_of)
         try:
+            counts = self._partition_counts(dirs)
             for p in partitions:
-                d = self._next_log_dir(dirs)
+                d = self._next_log_dir(counts)
                 path = d / lfu.log_dir_name(info.name, p)
                 if path.exists():  # leftovers of a topic whose registry entry was lost
                     self._rename_for_delete(path, info.name, p)
@@ -969,15 +992,29 @@ class LogManager:
         with self._lock:
             self._to_delete.append(target)
 
-    def _next_log_dir(self, dirs: Mapping[tuple[str, int], Path] | None = None) -> Path:
-        """The online log dir with the fewest partitions (Kafka's choice), first on ties."""
+    def _partition_counts(self, dirs: Mapping[tuple[str, int], Path]) -> dict[Path, int]:
+        """Partitions per online log dir, for :meth:`_next_log_dir` (counted once per create,
+        not once per partition).
+
+        Raises:
+            KafkaStorageError: every log dir is offline.
+        """
         counts = {d: 0 for d in self._log_dirs if d not in self._offline_dirs}
         if not counts:
             raise KafkaStorageError("every log dir is offline")
-        for d in (self._log_dir_of if dirs is None else dirs).values():
-            if d in counts:
-                counts[d] += 1
-        return min(counts, key=lambda d: counts[d])
+        if len(counts) > 1:
+            for d in dirs.values():
+                if d in counts:
+                    counts[d] += 1
+        return counts
+
+    @staticmethod
+    def _next_log_dir(counts: dict[Path, int]) -> Path:
+        """The online log dir with the fewest partitions (Kafka's choice), first on ties;
+        counts the new partition in ``counts``."""
+        d = min(counts, key=counts.__getitem__)
+        counts[d] += 1
+        return d
 
     # ----------------------------------------------------------------- helpers
 

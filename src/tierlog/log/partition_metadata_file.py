@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import os
 import re
 import threading
 import uuid
 from pathlib import Path
 
 from tierlog.errors import CorruptCheckpointError
-from tierlog.log.log_file_utils import PARTITION_METADATA_FILENAME, write_atomically
+from tierlog.log.log_file_utils import PARTITION_METADATA_FILENAME, fsync_dir, write_atomically
 
 CURRENT_VERSION = 0
 #: Kafka's ``Uuid.ZERO_UUID``, never a valid topic id.
@@ -121,8 +122,10 @@ class PartitionMetadataFile:
     def path(self) -> Path:
         return self._path
 
-    def write(self, topic_id: uuid.UUID) -> None:
-        """Write ``topic_id`` atomically and durably.
+    def write(self, topic_id: uuid.UUID, *, durable: bool = True) -> None:
+        """Write ``topic_id`` atomically and, unless ``durable=False``, durably (see
+        :func:`~tierlog.log.log_file_utils.write_atomically`; :meth:`flush` makes it durable
+        later).
 
         Raises:
             ValueError: the zero UUID.
@@ -131,7 +134,22 @@ class PartitionMetadataFile:
         if topic_id == ZERO_UUID:
             raise ValueError("the zero UUID is not a valid topic id")
         with self._lock:
-            write_atomically(self._path, encode_partition_metadata(topic_id))
+            write_atomically(self._path, encode_partition_metadata(topic_id), durable=durable)
+
+    def flush(self) -> None:
+        """Make the file and its name durable (Kafka's ``maybeFlush`` after ``record``): fsync
+        the file, then its directory.
+
+        Raises:
+            OSError: the file is missing or the fsync failed.
+        """
+        with self._lock:
+            fd = os.open(self._path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(self._path.parent)
 
     def read(self) -> uuid.UUID | None:
         """The topic id, or None when the file does not exist.

@@ -276,13 +276,19 @@ class ProducerStateManager:
     """
 
     def __init__(
-        self, log_dir: Path, producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS
+        self,
+        log_dir: Path,
+        producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+        *,
+        load_snapshots: bool = True,
     ) -> None:
+        """``load_snapshots=False``: do not list the snapshot files now (a new log has none;
+        a loaded one lists them in :meth:`remove_stray_snapshots`)."""
         self._log_dir = Path(log_dir)
         self._producer_id_expiration_ms = producer_id_expiration_ms
         self._producers: dict[int, ProducerStateEntry] = {}
         self._snapshot_lock = threading.Lock()
-        self._snapshots: dict[int, Path] = self._list_snapshots()
+        self._snapshots: dict[int, Path] = self._list_snapshots() if load_snapshots else {}
         self._last_map_offset = 0
         self._last_snap_offset = 0
 

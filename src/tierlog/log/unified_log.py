@@ -170,8 +170,12 @@ class UnifiedLog(LocalLog):
             OSError: the directory or a file could not be read or written.
         """
         dir = Path(dir)
-        dir.mkdir(parents=True, exist_ok=True)
-        topic_id = _load_topic_id(dir, topic_id)
+        try:
+            dir.mkdir(parents=True)
+            new = True  # nothing to read: no partition.metadata, no snapshots
+        except FileExistsError:
+            new = False
+        topic_id = _load_topic_id(dir, topic_id, new)
 
         checkpoint = LeaderEpochCheckpointFile(LeaderEpochCheckpointFile.new_file(dir))
         rebuild_epochs = False
@@ -202,8 +206,9 @@ class UnifiedLog(LocalLog):
                 leader_epoch_cache, offsets.log_start_offset, offsets.log_end_offset
             )
 
-        producer_state_manager = ProducerStateManager(dir)
-        producer_state_manager.remove_stray_snapshots(segments.base_offsets())
+        producer_state_manager = ProducerStateManager(dir, load_snapshots=False)
+        if not new:
+            producer_state_manager.remove_stray_snapshots(segments.base_offsets())
         rebuild_producer_state(
             producer_state_manager,
             segments,
@@ -962,13 +967,21 @@ def _only_empty_batches(buf: bytes) -> bool:
     return pos == n
 
 
-def _load_topic_id(dir: Path, topic_id: uuid.UUID | None) -> uuid.UUID | None:
+def _load_topic_id(dir: Path, topic_id: uuid.UUID | None, new: bool) -> uuid.UUID | None:
+    """The topic id of the log in ``dir``; ``topic_id`` (the caller's, e.g. the topic
+    registry's) is written to ``partition.metadata`` when the file lacks it.
+
+    Written without fsync: whoever passes a topic id keeps it durably elsewhere (the broker's
+    topic registry, written before the log is opened), which restores a file lost or torn by
+    a machine crash; :meth:`PartitionMetadataFile.flush` makes it durable when it must be.
+    """
     metadata = PartitionMetadataFile(PartitionMetadataFile.new_file(dir))
+    existing = None
     try:
-        existing = metadata.read()
+        if not new:
+            existing = metadata.read()
     except CorruptCheckpointError as e:
         log.warning("%s: %s; ignoring it", dir, e)
-        existing = None
     if topic_id is None:
         return existing
     if existing is not None and existing != topic_id:
@@ -976,5 +989,5 @@ def _load_topic_id(dir: Path, topic_id: uuid.UUID | None) -> uuid.UUID | None:
             f"topic id {topic_id} does not match {existing} in {metadata.path}"
         )
     if existing != topic_id:
-        metadata.write(topic_id)
+        metadata.write(topic_id, durable=False)
     return topic_id
