@@ -370,8 +370,11 @@ def test_clean_shutdown_marker_drives_recovery(make, managers, monkeypatch):
     m.create_topic("t", 2, {})
     m.shutdown()
     monkeypatch.setattr(Log, "open", staticmethod(spy))
-    make().shutdown()
+    m2 = make()
+    assert calls == []  # the marker vouches for the logs: opened on first use
+    assert m2.get_log("t", 0) is not None and m2.get_log("t", 1) is not None
     assert calls == [True, True]
+    m2.shutdown()
     calls.clear()
     for d in m.log_dirs:
         (d / ".kafka_cleanshutdown").unlink()
@@ -501,6 +504,74 @@ def test_delete_flushes_partition_metadata_before_the_tombstone(make, monkeypatc
     monkeypatch.setattr(LogManager, "_save_registry", recording_save)
     m.delete_topic("t")
     assert events == ["flush t-0", "flush t-1", "registry"]
+
+
+# --------------------------------------------------------------------------- opened on first use
+
+
+def test_a_new_partition_is_a_dir_and_its_partition_metadata_until_used(make, dirs):
+    m = make()
+    info = m.create_topic("t", 2, {})
+    d = next(x / "t-0" for x in dirs if (x / "t-0").exists())
+    assert sorted(f.name for f in d.iterdir()) == ["partition.metadata"]
+    assert PartitionMetadataFile(d / "partition.metadata").read() == info.topic_id
+    assert m.all_logs() == []
+    lg = m.get_log("t", 0)
+    assert lg is not None and lg.topic_id == info.topic_id and lg.log_end_offset == 0
+    assert m.get_log("t", 0) is lg
+    assert m.all_logs() == [lg]
+    assert (d / "00000000000000000000.log").exists()
+    assert m.get_log("t", 2) is None
+
+
+def test_unopened_logs_keep_their_offsets_across_clean_restarts(make, managers):
+    m = make()
+    m.create_topic("t", 2, {"segment.bytes": "200"})
+    lg = m.get_log("t", 0)
+    for _ in range(6):
+        lg.append(batch())
+    lg.update_high_watermark(lg.log_end_offset)
+    lg.delete_records_before(3)
+    m.shutdown()
+    for _ in range(2):  # restarted twice without a use: the checkpoints carry the offsets
+        m = make()
+        assert m.all_logs() == []
+        m.shutdown()
+    m = make()
+    lg = m.get_log("t", 0)
+    assert (lg.log_start_offset, lg.log_end_offset, lg.recovery_point) == (3, 6, 6)
+    assert m.get_log("t", 1).log_end_offset == 0
+
+
+def test_retention_opens_unopened_logs_that_hold_data(make, managers):
+    clock = Clock()
+    m = make(time_ms=clock)
+    m.create_topic("t", 2, {"retention.ms": "60000", "segment.bytes": "200"})
+    lg = m.get_log("t", 0)
+    for _ in range(6):
+        lg.append(batch(ts=T0))
+    m.shutdown()
+    clock.now += 3_600_000
+    m = make(time_ms=clock)
+    assert m.all_logs() == []
+    assert m.cleanup_logs() > 0
+    assert [x.partition for x in m.all_logs()] == [0]  # the empty one stays unopened
+
+
+def test_a_log_that_cannot_be_opened_fails_its_use_only(make, monkeypatch):
+    m = make()
+    m.create_topic("t", 2, {})
+
+    def emfile(*args: Any, **kwargs: Any) -> Log:
+        raise OSError(24, "Too many open files")
+
+    real_open = Log.open
+    monkeypatch.setattr(Log, "open", staticmethod(emfile))
+    with pytest.raises(KafkaStorageError, match="Too many open files"):
+        m.get_log("t", 0)
+    assert m.offline_log_dirs == set()
+    monkeypatch.setattr(Log, "open", real_open)
+    assert m.get_log("t", 0) is not None
 
 
 # --------------------------------------------------------------------------- background work

@@ -31,15 +31,24 @@ Order of writes, for crash safety: create and create-partitions write the regist
 then the logs (a missing partition dir is recreated empty at startup); delete writes the
 registry (with the tombstone) first and then renames the dirs to ``-delete``.
 
+Logs are opened on first use (:meth:`LogManager.get_log`). A partition created and not used
+yet is a directory with its ``partition.metadata`` and nothing in memory but its name; after a
+clean shutdown (the marker vouches for every log dir: flushed, closed, checkpoints written) a
+partition is not even listed until used -- its recovery point and log start offset come from
+the checkpoints. After an unclean shutdown every log is opened (recovered) at startup. An
+unopened log holding data is opened by the first retention check.
+
 Thread-safe: changes to the registry and the set of logs are serialised by a lock, and readers
-(``topic``, ``get_log`` ...) read copy-on-write dicts without locking. A background daemon
-thread applies retention, flushes, writes checkpoints and removes deleted partition dirs.
+(``topic``, ``get_log`` ...) read copy-on-write dicts without locking (a log opened on first
+use is added in place, under the lock). A background daemon thread applies retention,
+flushes, writes checkpoints and removes deleted partition dirs.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import shutil
 import threading
@@ -69,6 +78,7 @@ from tierlog.log.log_cleaner import CleanerConfig, LogCleaner
 from tierlog.log.log_config import LONG_MAX, TOPIC_CONFIGS, LogConfig
 from tierlog.log.partition_metadata_file import (
     PartitionMetadataFile,
+    encode_partition_metadata,
     kafka_str_to_uuid,
     uuid_to_kafka_str,
 )
@@ -88,6 +98,11 @@ META_PROPERTIES_FILENAME = "meta.properties"
 TOPIC_REGISTRY_FILENAME = "__tierlog_topics.json"
 #: Kafka's RemoteIndexCache directory inside a log dir: not a partition.
 REMOTE_INDEX_CACHE_DIR = "remote-log-index-cache"
+
+#: How to open a log not opened yet: (recovery point, log start offset or None: unknown).
+_Unopened = tuple[int, int | None]
+#: A partition created and not used yet.
+_NEW_LOG: _Unopened = (0, None)
 
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
@@ -225,11 +240,15 @@ class LogManager:
         self._checkpoint_lock = threading.Lock()
         # Copy-on-write: replaced, never mutated, so readers need no lock.
         self._topics: dict[str, TopicInfo] = {}
+        # Every partition is in _log_dir_of, and in exactly one of _logs (opened) and
+        # _unopened (opened by get_log on first use).
         self._logs: dict[tuple[str, int], Log] = {}
+        self._unopened: dict[tuple[str, int], _Unopened] = {}
         self._log_dir_of: dict[tuple[str, int], Path] = {}
         self._deleted_ids: frozenset[uuid.UUID] = frozenset()
         self._registry_epoch = 0
         self._registry_dirty = False  # the registry on disk lags the one in memory
+        self._registry_lines: dict[str, tuple[TopicInfo, str]] = {}  # see _encode_registry
         self._directory_ids: dict[Path, uuid.UUID] = {}
         self._offline_dirs: set[Path] = set()
 
@@ -344,6 +363,7 @@ class LogManager:
                 except OSError as e:
                     log.error("cannot write the clean shutdown marker in %s: %s", d, e)
             self._logs = {}
+            self._unopened = {}
             self._log_dir_of = {}
 
     # ----------------------------------------------------------------- queries
@@ -361,10 +381,45 @@ class LogManager:
         return None
 
     def get_log(self, topic: str, partition: int) -> Log | None:
-        return self._logs.get((topic, partition))
+        """The partition's log, opened now when this is its first use; None: no such
+        partition.
+
+        Raises:
+            KafkaStorageError: the log could not be opened (EMFILE, ENOSPC, a failing disk).
+        """
+        tp = (topic, partition)
+        lg = self._logs.get(tp)
+        if lg is None and tp in self._unopened:
+            lg = self._open_unopened(tp)
+        return lg
 
     def all_logs(self) -> list[Log]:
+        """The logs opened so far (see :meth:`get_log`)."""
         return list(self._logs.values())
+
+    def _open_unopened(self, tp: tuple[str, int]) -> Log | None:
+        with self._lock:
+            lg = self._logs.get(tp)
+            state = self._unopened.get(tp)
+            if lg is not None or state is None:
+                return lg
+            info = self._topics[tp[0]]
+            path = self._log_dir_of[tp] / lfu.log_dir_name(*tp)
+            try:
+                lg = Log.open(
+                    path,
+                    info.config,
+                    log_start_offset=state[1],
+                    recovery_point=state[0],
+                    topic_id=info.topic_id,
+                    had_clean_shutdown=True,
+                    time_ms=self._time_ms,
+                )
+            except OSError as e:
+                raise self._storage_error(e, path, "open log") from e
+            self._logs[tp] = lg  # in place: whoever iterates takes a copy
+            del self._unopened[tp]
+            return lg
 
     # ----------------------------------------------------------------- topic admin
 
@@ -475,13 +530,14 @@ class LogManager:
         logged: the delete goes on (the next startup adopts such a dir at worst).
         """
         for p in range(num_partitions):
-            lg = self._logs.get((name, p))
-            if lg is None:
+            d = self._log_dir_of.get((name, p))
+            if d is None:
                 continue
+            path = d / lfu.log_dir_name(name, p)
             try:
-                PartitionMetadataFile(PartitionMetadataFile.new_file(lg.dir)).flush()
+                PartitionMetadataFile(PartitionMetadataFile.new_file(path)).flush()
             except OSError as e:
-                log.warning("cannot flush the partition.metadata of %s: %s", lg.dir, e)
+                log.warning("cannot flush the partition.metadata of %s: %s", path, e)
 
     def alter_topic_config(
         self, name: str, overrides: Mapping[str, str | None], *, incremental: bool
@@ -529,9 +585,16 @@ class LogManager:
         self._write_checkpoints(recovery=False, start=True)
 
     def cleanup_logs(self, now_ms: int | None = None) -> int:
-        """Apply retention to every log now; the number of segments deleted."""
+        """Apply retention to every log now (opening the unopened ones that hold data); the
+        number of segments deleted."""
         now = self._time_ms() if now_ms is None else now_ms
         deleted = 0
+        for tp, (recovery_point, start) in list(self._unopened.items()):
+            if recovery_point > (start or 0):  # records below the log end offset
+                try:
+                    self.get_log(*tp)
+                except KafkaStorageError as e:
+                    log.error("retention of %s-%d failed: %s", tp[0], tp[1], e)
         for lg in list(self._logs.values()):
             try:
                 deleted += lg.delete_old_segments(now)
@@ -722,20 +785,7 @@ class LogManager:
         """Persist ``topics`` (every log dir), then make it the live registry."""
         deleted = self._deleted_ids if deleted is None else deleted
         epoch = self._registry_epoch + 1
-        doc = {
-            "version": 1,
-            "epoch": epoch,
-            "topics": {
-                name: {
-                    "topic_id": uuid_to_kafka_str(info.topic_id),
-                    "partitions": info.num_partitions,
-                    "configs": info.overrides,
-                }
-                for name, info in sorted(topics.items())
-            },
-            "deleted_topic_ids": sorted(uuid_to_kafka_str(u) for u in deleted),
-        }
-        data = (json.dumps(doc, indent=1) + "\n").encode()
+        data = self._encode_registry(epoch, topics, deleted)
         written = 0
         error: OSError | None = None
         for d, path in zip(self._log_dirs, self._registry_paths(), strict=True):
@@ -755,6 +805,32 @@ class LogManager:
         self._deleted_ids = frozenset(deleted)
         self._registry_dirty = False
 
+    def _encode_registry(
+        self, epoch: int, topics: dict[str, TopicInfo], deleted: frozenset[uuid.UUID]
+    ) -> bytes:
+        """The registry file: one line per topic, each line encoded once per TopicInfo (a
+        create rewrites the file, so encoding every topic each time is quadratic)."""
+        cache: dict[str, tuple[TopicInfo, str]] = {}
+        lines = []
+        for name, info in sorted(topics.items()):
+            cached = self._registry_lines.get(name)
+            if cached is None or cached[0] is not info:
+                entry = {
+                    "topic_id": uuid_to_kafka_str(info.topic_id),
+                    "partitions": info.num_partitions,
+                    "configs": info.overrides,
+                }
+                cached = (info, f"  {json.dumps(name)}: {json.dumps(entry)}")
+            cache[name] = cached
+            lines.append(cached[1])
+        self._registry_lines = cache
+        tombstones = json.dumps(sorted(uuid_to_kafka_str(u) for u in deleted))
+        topics_json = "{\n" + ",\n".join(lines) + "\n }" if lines else "{}"
+        return (
+            f'{{\n "version": 1,\n "epoch": {epoch},\n "topics": {topics_json},\n'
+            f' "deleted_topic_ids": {tombstones}\n}}\n'
+        ).encode()
+
     def _persist_registry_if_dirty(self) -> None:
         """Write the registry when the copy on disk lags the one in memory (a write that
         failed, e.g. on EMFILE during a rollback)."""
@@ -765,23 +841,26 @@ class LogManager:
     # ----------------------------------------------------------------- loading
 
     def _load_logs(self) -> None:
-        """Open every partition dir of every log dir (in parallel)."""
+        """Find every partition dir of every log dir; open (recover, in parallel) those of
+        a log dir without a clean shutdown marker, leave the others to their first use."""
         jobs: list[tuple[Path, tuple[str, int], uuid.UUID | None, bool, int, int | None]] = []
         for d in self._log_dirs:
             clean = (d / lfu.CLEAN_SHUTDOWN_FILENAME).exists()
             recovery = self._read_checkpoint(d / lfu.RECOVERY_POINT_CHECKPOINT_FILENAME)
             starts = self._read_checkpoint(d / lfu.LOG_START_OFFSET_CHECKPOINT_FILENAME)
             try:
-                entries = sorted(d.iterdir())
+                with os.scandir(d) as it:
+                    names = sorted(e.name for e in it if e.is_dir())
             except OSError as e:
                 raise self._storage_error(e, d, "list") from e
-            for entry in entries:
-                if entry.name.endswith(lfu.DELETE_DIR_SUFFIX) and entry.is_dir():
+            for dir_name in names:
+                entry = d / dir_name
+                if dir_name.endswith(lfu.DELETE_DIR_SUFFIX):
                     self._to_delete.append(entry)  # finish an interrupted delete
                     continue
-                tp = _parse_partition_dir(entry.name) if entry.is_dir() else None
+                tp = _parse_partition_dir(dir_name)
                 if tp is None:
-                    continue  # remote-log-index-cache, checkpoints, -future dirs, files
+                    continue  # remote-log-index-cache, -future dirs
                 if tp in self._log_dir_of:
                     log.error(
                         "partition %s-%d is in two log dirs (%s and %s); using the first",
@@ -789,6 +868,16 @@ class LogManager:
                         self._log_dir_of[tp],
                         d,
                     )
+                    continue
+                info = self._topics.get(tp[0])
+                # Vouched for by the marker (the topic id is checked when the log is opened);
+                # with tombstones, each dir's id is read to find a delete to finish.
+                vouched = clean and not self._deleted_ids
+                if vouched and info is not None and tp[1] < info.num_partitions:
+                    tp = (info.name, tp[1])  # one topic name string for its partitions
+                    self._log_dir_of[tp] = d
+                    state = (recovery.get(tp, 0), starts.get(tp))
+                    self._unopened[tp] = _NEW_LOG if state == _NEW_LOG else state
                     continue
                 try:
                     stored_id = PartitionMetadataFile(
@@ -800,7 +889,6 @@ class LogManager:
                 if stored_id is not None and stored_id in self._deleted_ids:
                     self._rename_for_delete(entry, *tp)
                     continue
-                info = self._topics.get(tp[0])
                 if info is not None and stored_id is not None and stored_id != info.topic_id:
                     log.error(
                         "%s holds topic id %s but topic %s has id %s; not loading it",
@@ -820,7 +908,12 @@ class LogManager:
                     self._topics = {**self._topics, info.name: info}
                     self._registry_dirty = True
                 self._log_dir_of[tp] = d
-                jobs.append((entry, tp, info.topic_id, clean, recovery.get(tp, 0), starts.get(tp)))
+                if clean:
+                    self._unopened[tp] = (recovery.get(tp, 0), starts.get(tp))
+                else:
+                    jobs.append(
+                        (entry, tp, info.topic_id, False, recovery.get(tp, 0), starts.get(tp))
+                    )
         # Registered partitions without a dir (a crash after the registry write): create them.
         counts: dict[Path, int] | None = None
         for name, info in self._topics.items():
@@ -869,7 +962,12 @@ class LogManager:
         # Tombstones whose dirs are all gone are no longer needed.
         if self._deleted_ids:
             self._save_registry(self._topics, frozenset())
-        log.info("loaded %d logs from %s", len(logs), ", ".join(map(str, self._log_dirs)))
+        log.info(
+            "loaded %d logs from %s (%d more to open on first use)",
+            len(logs),
+            ", ".join(map(str, self._log_dirs)),
+            len(self._unopened),
+        )
 
     def _adopt(self, tp: tuple[str, int], stored_id: uuid.UUID | None) -> TopicInfo:
         """Register a topic found on disk but not in the registry."""
@@ -897,30 +995,29 @@ class LogManager:
     # ----------------------------------------------------------------- log creation/removal
 
     def _open_new_logs(self, info: TopicInfo, partitions: Iterable[int]) -> None:
-        logs = dict(self._logs)
+        """Create the partition dirs, each with its ``partition.metadata``; the logs (their
+        first segment) are opened on first use (:meth:`get_log`)."""
         dirs = dict(self._log_dir_of)
+        data = encode_partition_metadata(info.topic_id)
         try:
             counts = self._partition_counts(dirs)
             for p in partitions:
                 d = self._next_log_dir(counts)
                 path = d / lfu.log_dir_name(info.name, p)
-                if path.exists():  # leftovers of a topic whose registry entry was lost
-                    self._rename_for_delete(path, info.name, p)
                 try:
-                    lg = Log.open(
-                        path,
-                        info.config,
-                        topic_id=info.topic_id,
-                        had_clean_shutdown=True,
-                        time_ms=self._time_ms,
-                    )
+                    try:
+                        path.mkdir()
+                    except FileExistsError:  # leftovers of a topic whose registry entry was lost
+                        self._rename_for_delete(path, info.name, p)
+                        path.mkdir()
+                    _write_new_file(path / lfu.PARTITION_METADATA_FILENAME, data)
                 except OSError as e:
                     self._discard_partial_dir(path, info.name, p)
                     raise self._storage_error(e, path, "create log") from e
-                logs[(info.name, p)] = lg
-                dirs[(info.name, p)] = d
+                tp = (info.name, p)
+                dirs[tp] = d
+                self._unopened[tp] = _NEW_LOG
         finally:
-            self._logs = logs
             self._log_dir_of = dirs
 
     def _roll_back(
@@ -951,16 +1048,18 @@ class LogManager:
         for p in partitions:
             lg = logs.pop((topic, p), None)
             d = dirs.pop((topic, p), None)
-            if lg is None or d is None:
+            unopened = self._unopened.pop((topic, p), None)
+            if d is None or (lg is None and unopened is None):
                 continue
             if self.cleaner is not None:
                 self.cleaner.abort_cleaning((topic, p))
+            if lg is not None:
+                try:
+                    lg.close()
+                except OSError as e:
+                    log.warning("closing %s before deleting it: %s", lg.dir, e)
             try:
-                lg.close()
-            except OSError as e:
-                log.warning("closing %s before deleting it: %s", lg.dir, e)
-            try:
-                self._rename_for_delete(lg.dir, topic, p)
+                self._rename_for_delete(d / lfu.log_dir_name(topic, p), topic, p)
             except KafkaStorageError as e:
                 error = e
         self._logs = logs
@@ -1038,21 +1137,29 @@ class LogManager:
             raise RuntimeError("LogManager is not started")
 
     def _write_checkpoints(self, *, recovery: bool, start: bool) -> None:
+        """An unopened log keeps the offsets it was loaded with (none known: not written)."""
         with self._checkpoint_lock:
-            logs = self._logs
+            logs = dict(self._logs)  # copies: get_log adds to them in place
+            unopened = dict(self._unopened)
             dirs = self._log_dir_of
+            one_dir = len(self._log_dirs) == 1
             for d in self._log_dirs:
                 if d in self._offline_dirs:
                     continue
-                mine = {tp: lg for tp, lg in logs.items() if dirs.get(tp) == d}
+                mine = {tp: lg for tp, lg in logs.items() if one_dir or dirs.get(tp) == d}
+                rest = {tp: u for tp, u in unopened.items() if one_dir or dirs.get(tp) == d}
                 try:
                     if recovery:
+                        points = {tp: lg.recovery_point for tp, lg in mine.items()}
+                        points.update((tp, u[0]) for tp, u in rest.items())
                         OffsetCheckpointFile(d / lfu.RECOVERY_POINT_CHECKPOINT_FILENAME).write(
-                            {tp: lg.recovery_point for tp, lg in mine.items()}
+                            points
                         )
                     if start:
+                        starts = {tp: lg.log_start_offset for tp, lg in mine.items()}
+                        starts.update((tp, u[1]) for tp, u in rest.items() if u[1] is not None)
                         OffsetCheckpointFile(d / lfu.LOG_START_OFFSET_CHECKPOINT_FILENAME).write(
-                            {tp: lg.log_start_offset for tp, lg in mine.items()}
+                            starts
                         )
                 except OSError as e:
                     self._storage_error(e, d, "write checkpoints in")
@@ -1073,6 +1180,22 @@ class LogManager:
                     self._offline_dirs.add(d)
                 break
         return KafkaStorageError(f"cannot {action} {path}: {e.strerror or e}")
+
+
+def _write_new_file(path: Path, data: bytes) -> None:
+    """Create ``path`` holding ``data``, without fsync (see :func:`~tierlog.log.log.
+    _load_topic_id`: a machine crash may leave it missing or torn, the registry restores it).
+
+    Raises:
+        OSError: it exists, or the write failed.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
 
 
 def _parse_simple_properties(text: str) -> dict[str, str]:

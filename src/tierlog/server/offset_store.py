@@ -70,7 +70,12 @@ class OffsetStore:
         self._rm = replica_manager
 
     def _log(self, partition: int):  # type: ignore[no-untyped-def]
-        p = self._rm.get_partition(GROUP_METADATA_TOPIC_NAME, partition)
+        try:
+            p = self._rm.get_partition(GROUP_METADATA_TOPIC_NAME, partition)
+        except KafkaStorageError as e:
+            raise CoordinatorNotAvailable(
+                f"{GROUP_METADATA_TOPIC_NAME}-{partition} is not available: {e}"
+            ) from e
         if p is None:
             raise CoordinatorNotAvailable(
                 f"{GROUP_METADATA_TOPIC_NAME}-{partition} is not available"

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from tierlog.errors import ApiError, RemoteStorageError
+from tierlog.errors import ApiError, KafkaStorageError, RemoteStorageError
 from tierlog.log.log_replay import iter_log_records
 from tierlog.records.default_records import build_batch
 from tierlog.tiered.remote_log_metadata_manager import REMOTE_LOG_METADATA_TOPIC_NAME
@@ -112,7 +112,12 @@ class LogMetadataPublisher:
         self.records_read = 0
 
     def _log(self, metadata_partition: int) -> Log:
-        lg = self._log_manager.get_log(REMOTE_LOG_METADATA_TOPIC_NAME, metadata_partition)
+        try:
+            lg = self._log_manager.get_log(REMOTE_LOG_METADATA_TOPIC_NAME, metadata_partition)
+        except KafkaStorageError as e:
+            raise RemoteStorageError(
+                f"{REMOTE_LOG_METADATA_TOPIC_NAME}-{metadata_partition} is not available: {e}"
+            ) from e
         if lg is None or lg.closed:
             raise RemoteStorageError(
                 f"{REMOTE_LOG_METADATA_TOPIC_NAME}-{metadata_partition} is not available"

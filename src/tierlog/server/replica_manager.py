@@ -173,13 +173,21 @@ class ReplicaManager:
     # ----------------------------------------------------------------- partitions
 
     def get_partition(self, topic: str, index: int) -> Partition | None:
-        """The partition object, created on first use from the log manager's log."""
+        """The partition object, created on first use from the log manager's log (which
+        opens the log on its first use).
+
+        Raises:
+            KafkaStorageError: the log could not be opened (EMFILE, ENOSPC, a failing disk):
+                the request answers KAFKA_STORAGE_ERROR for this partition.
+        """
         key = (topic, index)
         p = self._partitions.get(key)
         if p is not None:
             return p
         try:
             lg = self.log_manager.get_log(topic, index)
+        except KafkaStorageError:
+            raise
         except (ApiError, KeyError, ValueError):
             return None
         if lg is None:
@@ -229,7 +237,10 @@ class ReplicaManager:
     def append_in_thread(self, topic: str, index: int) -> bool:
         """Whether appends to this partition may fsync inline (``flush.messages`` set), so
         they must run in a thread, not on the event loop."""
-        p = self.get_partition(topic, index)
+        try:
+            p = self.get_partition(topic, index)
+        except KafkaStorageError:
+            return False  # the append answers the error
         return p is not None and p.log.config.flush_interval < LONG_MAX
 
     async def append_records_in_thread(
@@ -258,7 +269,10 @@ class ReplicaManager:
             return ProducePartitionResult(
                 InvalidTopic.error_code, error_message=f"cannot append to internal topic {topic}"
             )
-        p = self.get_partition(topic, index)
+        try:
+            p = self.get_partition(topic, index)
+        except KafkaStorageError as e:
+            return ProducePartitionResult(e.error_code, error_message=e.message)
         if p is None:
             return ProducePartitionResult(UnknownTopicOrPartition.error_code)
         if not records:
@@ -486,7 +500,12 @@ class ReplicaManager:
                 results.append(FetchPartitionResult(r.error_code or 100))
                 error = True
                 continue
-            p = self.get_partition(r.topic, r.partition)
+            try:
+                p = self.get_partition(r.topic, r.partition)
+            except KafkaStorageError as e:
+                results.append(FetchPartitionResult(e.error_code))
+                error = True
+                continue
             limit = min(r.partition_max_bytes, remaining)
             if p is not None:
                 partitions.append(p)

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tierlog.errors import RemoteStorageError
+from tierlog.errors import KafkaStorageError, RemoteStorageError
 from tierlog.log import log_file_utils as lfu
 from tierlog.log.partition_metadata_file import kafka_str_to_uuid, uuid_to_kafka_str
 from tierlog.server.remote_log_metadata_publisher import (
@@ -316,7 +316,11 @@ class TieredStorage:
 
     def log_lookup(self, tp: TopicIdPartition) -> Log | None:
         """The partition's Log on this broker, if its topic id matches (thread-safe)."""
-        lg = self.log_manager.get_log(tp.topic, tp.partition)
+        try:
+            lg = self.log_manager.get_log(tp.topic, tp.partition)
+        except KafkaStorageError as e:
+            log.warning("%s: %s", tp, e)  # retried by the next copy or expiration run
+            return None
         if lg is None or lg.closed or lg.topic_id != tp.topic_id:
             return None
         return lg

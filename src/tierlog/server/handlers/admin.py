@@ -297,8 +297,8 @@ def handle_delete_records(apis: KafkaApis, ev: Request) -> Any:
                 "low_watermark": -1,
                 "error_code": 0,
             }
-            part = rm.get_partition(t.name, p.partition_index)
             try:
+                part = rm.get_partition(t.name, p.partition_index)
                 if part is None:
                     raise UnknownTopicOrPartition()
                 if t.name in INTERNAL_TOPICS:

@@ -131,12 +131,16 @@ def handle_list_offsets(apis: KafkaApis, ev: Request) -> Any:
     for t in req.topics:
         parts = []
         for p in t.partitions:
-            part = rm.get_partition(t.name, p.partition_index)
+            try:
+                part = rm.get_partition(t.name, p.partition_index)
+                code = UnknownTopicOrPartition.error_code
+            except KafkaStorageError as e:
+                part, code = None, e.error_code
             if part is None:
                 parts.append(
                     {
                         "partition_index": p.partition_index,
-                        "error_code": UnknownTopicOrPartition.error_code,
+                        "error_code": code,
                         "old_style_offsets": [],
                     }
                 )
