@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from typing import Any
 
@@ -12,7 +13,8 @@ from kio.serial import entity_writer
 from kio.static.primitive import Records
 
 from tierlog.protocol import ADVERTISED, request_class, response_class
-from tierlog.protocol._writer import BIG, compile_writer, uvarint
+from tierlog.protocol._writer import BIG, compile_writer, encode_entities, uvarint
+from tierlog.server.handlers.metadata import _array_entity
 
 st.register_type_strategy(Records, st.binary(max_size=3 * BIG).map(Records))
 
@@ -111,3 +113,29 @@ def test_large_records_are_passed_by_reference() -> None:
 )
 def test_uvarint(value: int, encoded: bytes) -> None:
     assert uvarint(value) == encoded
+
+
+_METADATA_CLASSES = [response_class(3, v) for v in range(ADVERTISED[3][0], ADVERTISED[3][1] + 1)]
+
+
+@pytest.mark.parametrize("cls", _METADATA_CLASSES, ids=lambda c: c.__module__.split(".")[-2])
+def test_encoded_entities_write_the_same_bytes(cls: type[Any]) -> None:
+    """A topic's partitions as EncodedEntities (cached by the Metadata handler) are written
+    as kio writes the entities themselves."""
+
+    @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.from_type(cls))
+    def check(obj: Any) -> None:
+        topics = []
+        for t in obj.topics:
+            part_cls = _array_entity(type(t), "partitions")
+            encoded = encode_entities(part_cls, t.partitions)
+            assert encoded == t.partitions
+            topics.append(dataclasses.replace(t, partitions=encoded))
+        ref, mine = write_both(cls, dataclasses.replace(obj, topics=tuple(topics)))
+        if isinstance(ref, bytes):
+            assert mine == ref
+        else:
+            assert not isinstance(mine, bytes)
+
+    check()

@@ -10,6 +10,7 @@ module compiles each class once into straight-line code (h11 and kafka-python do
 * consecutive fixed-width fields become a single precompiled ``struct.Struct.pack`` call;
 * tagged fields that equal their default cost one comparison, and an entity with none
   writes the single byte 0;
+* an array given as :class:`EncodedEntities` is copied as the bytes it carries;
 * ``bytes``/``records`` values of at least :data:`BIG` bytes are not copied: the bytearray
   built so far and the value itself are appended to ``parts`` and a new bytearray starts, so
   a FetchResponse with 1 MiB of records is a list of a few small buffers around the caller's
@@ -44,7 +45,7 @@ from kio.serial._introspect import (
 )
 from kio.static.constants import uuid_zero
 
-__all__ = ["BIG", "Writer", "compile_writer", "uvarint"]
+__all__ = ["BIG", "EncodedEntities", "Writer", "compile_writer", "encode_entities", "uvarint"]
 
 BIG: Final = 8192
 """``bytes``/``records`` values this long or longer are passed through by reference."""
@@ -127,6 +128,7 @@ class _Gen:
             "_dt_or_null": _dt_or_null,
             "_str_bytes": _str_bytes,
             **{f"_pack_{fmt}": _array_packer(fmt) for fmt in _PACK_ARRAY_FMT.values()},
+            "EncodedEntities": EncodedEntities,
             "_h": struct.Struct(">h").pack,
             "_i": struct.Struct(">i").pack,
             "BIG": BIG,
@@ -241,8 +243,11 @@ class _Gen:
             self._length(f"len({v})", buf, ind + 1, flexible, compact_plus_one=True)
             x = self.var("x")
             if isinstance(fc, EntityTupleField):
-                self.emit(ind + 1, f"for {x} in {v}:")
-                self.entity(fc.type_, x, buf, ind + 2, flush)
+                self.emit(ind + 1, f"if {v}.__class__ is EncodedEntities:")
+                self.emit(ind + 2, f"{buf} += {v}.encoded")
+                self.emit(ind + 1, "else:")
+                self.emit(ind + 2, f"for {x} in {v}:")
+                self.entity(fc.type_, x, buf, ind + 3, flush)
             else:
                 kafka_type = get_schema_field_type(f)
                 if kafka_type in _PACK_ARRAY_FMT:
@@ -314,6 +319,29 @@ class _Gen:
 _CACHE: dict[type[Any], Writer] = {}
 SOURCES: dict[type[Any], str] = {}
 """The generated source of every compiled class, for debugging."""
+
+
+class EncodedEntities(tuple[Any, ...]):
+    """An array of entities that carries its own encoding (:func:`encode_entities`): the
+    generated writers copy ``encoded`` instead of walking the entities. For arrays sent
+    again and again unchanged (a topic's partitions in every Metadata response)."""
+
+    encoded: bytes
+
+
+def encode_entities(cls: type[Any], items: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``items`` (entities of ``cls``) as :class:`EncodedEntities`, or as they are when one
+    holds a large ``bytes``/``records`` value (those are passed by reference, not copied)."""
+    write = compile_writer(cls)
+    buf = bytearray()
+    parts: list[Any] = []
+    for item in items:
+        buf = write(item, buf, parts)
+    if parts:
+        return items
+    out = EncodedEntities(items)
+    out.encoded = bytes(buf)
+    return out
 
 
 def compile_writer(cls: type[Any]) -> Writer:

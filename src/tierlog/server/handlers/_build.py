@@ -7,6 +7,7 @@ the frozen kio dataclass of the version the client asked for:
 * keys the version does not have are dropped (``log_start_offset`` for Produce v3 ...);
 * fields the version has but the dict does not are set to their schema default, or to the
   type's zero value (0, "", (), None for nullable fields);
+* an array given as a tuple of the version's entities is taken as is (handlers cache them);
 * ``error_code`` ints become :class:`kio.schema.errors.ErrorCode`, ``timedelta_i32/i64`` ints are
   milliseconds, ``datetime_i64`` ints are epoch milliseconds (-1 is null), UUIDs pass through.
 
@@ -138,6 +139,8 @@ def _field_plan(f: Field[Any]) -> tuple[str, Callable[[Any], Any], bool, Any]:
             def conv(v: Any, entity: Any = entity) -> Any:
                 if v is None:
                     return None
+                if isinstance(v, tuple) and v and type(v[0]) is entity:
+                    return v  # built already (a cached array of entities)
                 return tuple([build(entity, x) for x in v])
 
         else:

@@ -8,11 +8,15 @@ partitions, and answers them at once (the topic exists when the response leaves)
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
+import typing
 from typing import TYPE_CHECKING, Any
 
 from tierlog.errors import ApiError, InvalidTopic, UnknownTopicId, UnknownTopicOrPartition
 from tierlog.protocol import api_versions_response
+from tierlog.protocol._writer import encode_entities
 from tierlog.server.handlers._build import build
 from tierlog.server.kafka_apis import response_class
 from tierlog.server.replica_manager import INTERNAL_TOPICS
@@ -39,7 +43,9 @@ def _broker(apis: KafkaApis) -> dict[str, Any]:
     }
 
 
-def topic_metadata(apis: KafkaApis, name: str, *, error_code: int = 0) -> dict[str, Any]:
+def topic_metadata(
+    apis: KafkaApis, name: str, version: int, *, error_code: int = 0
+) -> dict[str, Any]:
     """The Metadata entry of one existing topic (every partition led by this node)."""
     info = apis.log_manager.topic(name)
     if info is None:
@@ -49,27 +55,45 @@ def topic_metadata(apis: KafkaApis, name: str, *, error_code: int = 0) -> dict[s
             "topic_id": None,
             "partitions": [],
         }
-    node = apis.node_id
-    parts = [
-        {
-            "error_code": 0,
-            "partition_index": i,
-            "leader_id": node,
-            "leader_epoch": 0,
-            "replica_nodes": [node],
-            "isr_nodes": [node],
-            "offline_replicas": [],
-        }
-        for i in range(info.num_partitions)
-    ]
     return {
         "error_code": error_code,
         "name": name,
         "topic_id": info.topic_id,
         "is_internal": name in INTERNAL_TOPICS,
-        "partitions": parts,
+        "partitions": _partitions(version, info.num_partitions, apis.node_id),
         "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
     }
+
+
+def _array_entity(cls: type[Any], name: str) -> type[Any]:
+    """The entity class of the array field ``name`` of ``cls`` (``tuple[Entity, ...]``)."""
+    field = next(f for f in dataclasses.fields(cls) if f.name == name)
+    return typing.get_args(field.type)[0]  # type: ignore[no-any-return]
+
+
+@functools.lru_cache(maxsize=1024)
+def _partitions(version: int, count: int, node: int) -> tuple[Any, ...]:
+    """The partitions of a topic of ``count`` partitions, all led by ``node``: the same
+    immutable entities for every topic of that size, built once (Metadata for all topics
+    would otherwise build one per partition per request)."""
+    topic_cls = _array_entity(response_class(METADATA, version), "topics")
+    cls = _array_entity(topic_cls, "partitions")
+    entities = tuple(
+        build(
+            cls,
+            {
+                "error_code": 0,
+                "partition_index": i,
+                "leader_id": node,
+                "leader_epoch": 0,
+                "replica_nodes": [node],
+                "isr_nodes": [node],
+                "offline_replicas": [],
+            },
+        )
+        for i in range(count)
+    )
+    return encode_entities(cls, entities)  # encoded once too
 
 
 def maybe_create_topic(apis: KafkaApis, name: str, allow: bool) -> int:
@@ -96,7 +120,7 @@ def handle_metadata(apis: KafkaApis, ev: Request) -> Any:
     topics: list[dict[str, Any]] = []
     if requested is None or (version == 0 and not requested):
         for info in lm.topics().values():
-            topics.append(topic_metadata(apis, info.name))
+            topics.append(topic_metadata(apis, info.name, version))
     else:
         for t in requested:
             name = t.name
@@ -131,7 +155,7 @@ def handle_metadata(apis: KafkaApis, ev: Request) -> Any:
                         {"error_code": code, "name": name, "topic_id": None, "partitions": []}
                     )
                     continue
-            topics.append(topic_metadata(apis, name))
+            topics.append(topic_metadata(apis, name, version))
     cls = response_class(METADATA, version)
     return build(
         cls,
