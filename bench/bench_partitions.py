@@ -98,6 +98,16 @@ def median_ms(fn: Any, n: int) -> float:
     return statistics.median(times)
 
 
+def optional_median_ms(name: str, fn: Any, n: int) -> float:
+    """:func:`median_ms`, or -1 (no ratio) when the broker does not serve the request the
+    way it is sent (Tansu 0.1.2 answers Fetch v12 with no partitions)."""
+    try:
+        return median_ms(fn, n)
+    except (RuntimeError, IndexError) as e:
+        print(f"{name}: {type(e).__name__}: {e}; no figure", flush=True)
+        return -1.0
+
+
 class PeakRss:
     """Samples a process's resident memory every 20 ms in a thread; ``peak`` when stopped."""
 
@@ -145,8 +155,8 @@ def run_steps(
             create_ms = (time.perf_counter() - t) * 1000 / max(added, 1)
             partitions = metadata_all(c)
             meta_ms = median_ms(lambda: metadata_all(c), 5)
-            prod_ms = median_ms(lambda: produce_one(c, "probe"), 50)
-            fetch_ms = median_ms(lambda: fetch_one(c, "probe"), 50)
+            prod_ms = optional_median_ms(name, lambda: produce_one(c, "probe"), 50)
+            fetch_ms = optional_median_ms(name, lambda: fetch_one(c, "probe"), 50)
             rss = rss_bytes(pid)
             row = {
                 "partitions": partitions,
