@@ -22,6 +22,8 @@ from tierlog.log.log_config import LogConfig
 from tierlog.log.log_manager import (
     TOPIC_REGISTRY_FILENAME,
     LogManager,
+    NewTopic,
+    TopicInfo,
     validate_topic_name,
 )
 from tierlog.log.partition_metadata_file import PartitionMetadataFile, uuid_to_kafka_str
@@ -169,6 +171,37 @@ def test_create_with_given_topic_id(make):
     assert m.create_topic("t", 1, {}, topic_id=tid).topic_id == tid
     with pytest.raises(TopicAlreadyExists):
         m.create_topic("u", 1, {}, topic_id=tid)
+
+
+def test_create_topics_writes_the_registry_once_and_answers_each_topic(make, monkeypatch):
+    m = make()
+    m.create_topic("old", 1, {})
+    saves: list[int] = []
+    save = LogManager._save_registry
+
+    def counting_save(self: LogManager, *args: Any, **kwargs: Any) -> None:
+        saves.append(1)
+        save(self, *args, **kwargs)
+
+    monkeypatch.setattr(LogManager, "_save_registry", counting_save)
+    a, old, dotted, underscored, bad, b = m.create_topics(
+        [
+            NewTopic("a", 2, {}),
+            NewTopic("old", 1, {}),
+            NewTopic("x.y", 1, {}),
+            NewTopic("x_y", 1, {}),
+            NewTopic("c", 1, {"retention.ms": "soon"}),
+            NewTopic("b", 3, {"retention.ms": "1000"}),
+        ]
+    )
+    assert len(saves) == 1
+    assert isinstance(old, TopicAlreadyExists)
+    assert isinstance(underscored, InvalidTopic)  # collides with x.y of the same request
+    assert isinstance(bad, InvalidConfig)
+    assert isinstance(a, TopicInfo) and isinstance(dotted, TopicInfo) and isinstance(b, TopicInfo)
+    assert sorted(m.topics()) == ["a", "b", "old", "x.y"]
+    assert m.topic("b").overrides == {"retention.ms": "1000"}
+    assert m.get_log("b", 2) is not None
 
 
 def test_create_validate_only_creates_nothing(make, dirs):

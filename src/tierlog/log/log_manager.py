@@ -54,13 +54,14 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tierlog.errors import (
+    ApiError,
     ConfigError,
     CorruptCheckpointError,
     InconsistentLogDirError,
@@ -87,6 +88,7 @@ __all__ = [
     "META_PROPERTIES_FILENAME",
     "TOPIC_REGISTRY_FILENAME",
     "LogManager",
+    "NewTopic",
     "TopicInfo",
     "random_kafka_uuid",
     "validate_topic_name",
@@ -168,6 +170,16 @@ def _delete_dir_name(topic: str, partition: int) -> str:
     """Kafka's ``logDeleteDirName``: ``<topic>-<partition>.<uuid hex>-delete``, within 255."""
     suffix = f"-{partition}.{uuid.uuid4().hex}{lfu.DELETE_DIR_SUFFIX}"
     return topic[: _MAX_FILE_NAME - len(suffix)] + suffix
+
+
+@dataclass(frozen=True, slots=True)
+class NewTopic:
+    """A topic to create (:meth:`LogManager.create_topics`)."""
+
+    name: str
+    num_partitions: int
+    configs: Mapping[str, str]
+    topic_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -440,34 +452,73 @@ class LogManager:
             InvalidConfig: an unknown config or a bad value (the message names the key).
             KafkaStorageError: the partition dirs cannot be created.
         """
-        validate_topic_name(name)
-        if num_partitions < 1:
-            raise InvalidPartitions(
-                f"Number of partitions was set to an invalid non-positive value: {num_partitions}"
-            )
-        config = self._topic_config(configs)
+        (result,) = self.create_topics(
+            [NewTopic(name, num_partitions, configs, topic_id)], validate_only=validate_only
+        )
+        if isinstance(result, ApiError):
+            raise result
+        return result
+
+    def create_topics(
+        self, topics: Sequence[NewTopic], *, validate_only: bool = False
+    ) -> list[TopicInfo | ApiError]:
+        """Create several topics (a CreateTopics request) with one registry write: each
+        topic's :class:`TopicInfo`, or the error :meth:`create_topic` would raise for it."""
         with self._lock:
             self._check_started()
-            if name in self._topics:
-                raise TopicAlreadyExists(f"Topic '{name}' already exists.")
-            collision = _collision_form(name)
-            for other in self._topics:
-                if _collision_form(other) == collision:
-                    raise InvalidTopic(f"Topic '{name}' collides with existing topic: {other}")
-            if topic_id is not None and self.topic_by_id(topic_id) is not None:
-                raise TopicAlreadyExists(f"Topic id {uuid_to_kafka_str(topic_id)} already exists.")
-            info = TopicInfo(name, topic_id or random_kafka_uuid(), num_partitions, config)
-            if validate_only:
-                return info
-            self._save_registry({**self._topics, name: info})
+            results: list[TopicInfo | ApiError] = []
+            new: dict[str, TopicInfo] = {}
+            for t in topics:
+                try:
+                    info = self._new_topic(t, new)
+                except ApiError as e:
+                    results.append(e)
+                    continue
+                new[t.name] = info
+                results.append(info)
+            if validate_only or not new:
+                return results
             try:
-                self._open_new_logs(info, range(num_partitions))
-            except BaseException:
-                topics = dict(self._topics)
-                del topics[name]
-                self._roll_back(name, range(num_partitions), topics)
-                raise
-            return info
+                self._save_registry({**self._topics, **new})
+            except KafkaStorageError as e:
+                return [e if isinstance(r, TopicInfo) else r for r in results]
+            for i, r in enumerate(results):
+                if not isinstance(r, TopicInfo):
+                    continue
+                try:
+                    self._open_new_logs(r, range(r.num_partitions))
+                except BaseException as e:
+                    remaining = dict(self._topics)
+                    del remaining[r.name]
+                    self._roll_back(r.name, range(r.num_partitions), remaining)
+                    if not isinstance(e, ApiError):
+                        raise
+                    results[i] = e
+            return results
+
+    def _new_topic(self, t: NewTopic, pending: Mapping[str, TopicInfo]) -> TopicInfo:
+        """The TopicInfo of a topic to create, checked against the existing topics and
+        ``pending`` (created in the same request). Call with the lock held."""
+        name = t.name
+        validate_topic_name(name)
+        if t.num_partitions < 1:
+            raise InvalidPartitions(
+                f"Number of partitions was set to an invalid non-positive value: {t.num_partitions}"
+            )
+        config = self._topic_config(t.configs)
+        if name in self._topics or name in pending:
+            raise TopicAlreadyExists(f"Topic '{name}' already exists.")
+        collision = _collision_form(name)
+        for other in (*self._topics, *pending):
+            if _collision_form(other) == collision:
+                raise InvalidTopic(f"Topic '{name}' collides with existing topic: {other}")
+        topic_id = t.topic_id
+        if topic_id is not None and (
+            self.topic_by_id(topic_id) is not None
+            or any(p.topic_id == topic_id for p in pending.values())
+        ):
+            raise TopicAlreadyExists(f"Topic id {uuid_to_kafka_str(topic_id)} already exists.")
+        return TopicInfo(name, topic_id or random_kafka_uuid(), t.num_partitions, config)
 
     def create_partitions(self, name: str, new_total: int) -> TopicInfo:
         """Grow a topic to ``new_total`` partitions.

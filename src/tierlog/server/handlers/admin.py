@@ -29,6 +29,7 @@ from tierlog.errors import (
     UnknownTopicOrPartition,
 )
 from tierlog.log.log_config import TOPIC_CONFIGS, LogConfig, format_value
+from tierlog.log.log_manager import NewTopic
 from tierlog.server.handlers._build import build
 from tierlog.server.kafka_apis import response_class
 from tierlog.server.replica_manager import INTERNAL_TOPICS
@@ -122,12 +123,18 @@ def _topic_configs_list(config: LogConfig) -> list[dict[str, Any]]:
     ]
 
 
+def _create_failed(res: dict[str, Any], e: ApiError | ConfigError) -> None:
+    res["error_code"], res["error_message"] = _error(e)
+    res.update(num_partitions=-1, replication_factor=-1, configs=None)
+
+
 def handle_create_topics(apis: KafkaApis, ev: Request) -> Any:
     req = ev.request
     lm = apis.log_manager
     validate_only = bool(getattr(req, "validate_only", False))
     names = [t.name for t in req.topics]
     results = []
+    valid: list[tuple[dict[str, Any], int, NewTopic]] = []  # (response entry, rf, topic)
     for t in req.topics:
         res: dict[str, Any] = {
             "name": t.name,
@@ -174,23 +181,29 @@ def handle_create_topics(apis: KafkaApis, ev: Request) -> Any:
                 if c.value is None:
                     raise InvalidConfig(f"null value for config {c.name}")
                 configs[c.name] = c.value
-            info = lm.create_topic(t.name, num, configs, validate_only=validate_only)
-            res.update(
-                topic_id=None if validate_only else info.topic_id,
-                num_partitions=num,
-                replication_factor=rf,
-                configs=_topic_configs_list(info.config),
-            )
-            if not validate_only:
-                log.info("created topic %s with %d partitions", t.name, num)
-                apis.topic_changed(t.name)
+            valid.append((res, rf, NewTopic(t.name, num, configs)))
         except (ApiError, ConfigError) as e:
-            res["error_code"], res["error_message"] = _error(e)
-            res.update(num_partitions=-1, replication_factor=-1, configs=None)
-        except OSError as e:
-            log.error("create topic %s failed: %s", t.name, e)
-            res["error_code"], res["error_message"] = KafkaStorageError.error_code, str(e)
+            _create_failed(res, e)
         results.append(res)
+    # The topics that passed the checks above: created with one topic registry write.
+    try:
+        created = lm.create_topics([v[2] for v in valid], validate_only=validate_only)
+    except OSError as e:
+        log.error("create topics %s failed: %s", [v[2].name for v in valid], e)
+        created = [KafkaStorageError(str(e)) for _ in valid]
+    for (res, rf, new), info in zip(valid, created, strict=True):
+        if isinstance(info, ApiError):
+            _create_failed(res, info)
+            continue
+        res.update(
+            topic_id=None if validate_only else info.topic_id,
+            num_partitions=new.num_partitions,
+            replication_factor=rf,
+            configs=_topic_configs_list(info.config),
+        )
+        if not validate_only:
+            log.info("created topic %s with %d partitions", new.name, new.num_partitions)
+            apis.topic_changed(new.name)
     return build(
         response_class(CREATE_TOPICS, ev.api_version), {"throttle_time": 0, "topics": results}
     )
