@@ -129,3 +129,10 @@ def kp_admin(bootstrap: str) -> Any:
 
 def run(coro: Any) -> Any:
     return asyncio.run(coro)
+
+
+def cf_values(bootstrap: str, topic: str, count: int, per_partition: int = 1) -> list[bytes]:
+    """The sorted values of a topic of ``count`` partitions holding ``per_partition`` records
+    each (partitions 0 .. count - 1, read with assign())."""
+    got = cf_consume(bootstrap, topic, count * per_partition, partitions=range(count), timeout=60)
+    return sorted(m.value() for m in got)

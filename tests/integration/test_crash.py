@@ -12,14 +12,15 @@ import time
 import pytest
 from confluent_kafka import Producer
 
-from tests.integration.clients import cf_consume, cf_high_watermark
-from tests.integration.test_resource_exhaustion import (
+from tests.integration.clients import cf_consume, cf_high_watermark, cf_values
+from tests.integration.wire import (
+    WireClient,
     create_topics,
     delete_topics,
+    one_record,
     produce,
-    values_of,
+    request_class,
 )
-from tests.integration.wire import WireClient, request_class
 
 KILLS = 20
 
@@ -143,8 +144,10 @@ def test_sigkill_right_after_create_and_delete_topics_loses_no_topic(fresh_broke
         assert before[next(iter(topics))][1] == 20
         assert "doomed" not in after
         for name, n in topics.items():
-            assert produce(c, name, range(n), name.encode()) == dict.fromkeys(range(n), 0)
+            assert produce(c, name, range(n), one_record(name.encode())) == dict.fromkeys(
+                range(n), 0
+            )
     finally:
         c.close()
     for name, n in topics.items():
-        assert values_of(b.bootstrap, name, n) == [name.encode()] * n
+        assert cf_values(b.bootstrap, name, n) == [name.encode()] * n

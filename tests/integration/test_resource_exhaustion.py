@@ -12,29 +12,24 @@ import time
 from pathlib import Path
 
 from tests import real_parts
-from tests.integration.clients import cf_consume
+from tests.integration.clients import cf_consume, cf_values
 from tests.integration.conftest import BrokerProcess, running_broker
-from tests.integration.wire import WireClient, create_topics, delete_topics, fetch, produce
-from tierlog.records import build_batch
+from tests.integration.wire import (
+    WireClient,
+    create_topics,
+    delete_topics,
+    fetch,
+    one_record,
+    produce,
+)
 from tierlog.records.record_batch import iter_headers
 
 KAFKA_STORAGE_ERROR = 56
-T0 = 1_700_000_000_000
-
-
-def record(value: bytes) -> bytes:
-    return build_batch([(T0, b"k", value)])
 
 
 def batches(results: dict[int, tuple[int, bytes]]) -> dict[int, tuple[int, int]]:
     """Fetch results as (error code, number of batches) per partition."""
     return {p: (code, len(list(iter_headers(records)))) for p, (code, records) in results.items()}
-
-
-def values_of(bootstrap: str, topic: str, count: int, per_partition: int = 1) -> list[bytes]:
-    """The values of a topic of ``count`` partitions holding ``per_partition`` records each."""
-    got = cf_consume(bootstrap, topic, count * per_partition, partitions=range(count), timeout=60)
-    return sorted(m.value() for m in got)
 
 
 # ---------------------------------------------------------------------- open files
@@ -51,20 +46,20 @@ def test_many_partitions_in_a_low_open_files_limit(tmp_path: Path) -> None:
         try:
             assert create_topics(c, topics) == dict.fromkeys(topics, 0)
             for name, n in topics.items():
-                assert produce(c, name, range(n), record(name.encode())) == dict.fromkeys(
+                assert produce(c, name, range(n), one_record(name.encode())) == dict.fromkeys(
                     range(n), 0
                 )
         finally:
             c.close()
         assert b.open_fds() <= 300
         for name, n in topics.items():
-            assert values_of(b.bootstrap, name, n) == [name.encode()] * n
+            assert cf_values(b.bootstrap, name, n) == [name.encode()] * n
         assert b.open_fds() <= 300
         b.restart()
         loaded = re.search(r"loaded (\d+) logs .* \((\d+) more to open", b.log_since_start())
         assert loaded is not None and int(loaded[1]) + int(loaded[2]) == 405
         for name, n in list(topics.items())[:3]:
-            assert values_of(b.bootstrap, name, n) == [name.encode()] * n
+            assert cf_values(b.bootstrap, name, n) == [name.encode()] * n
         assert b.open_fds() <= 300
 
 
@@ -93,7 +88,7 @@ def test_running_out_of_descriptors_fails_the_request_not_the_broker(tmp_path: P
         for i in range(100):
             name = f"fill-{i}"
             assert create_topics(c, {name: 10}) == {name: 0}
-            codes = produce(c, name, range(10), record(b"before"))
+            codes = produce(c, name, range(10), one_record(b"before"))
             if set(codes.values()) == {0}:
                 created.append(name)
                 continue
@@ -109,19 +104,23 @@ def test_running_out_of_descriptors_fails_the_request_not_the_broker(tmp_path: P
         assert batches(fetch(c, created[0], range(10))) == dict.fromkeys(range(10), (0, 1))
         # A delete gives descriptors back; produce (which may need one) works again.
         assert delete_topics(c, [created[-1]]) == {created[-1]: 0}
-        assert produce(c, created[0], range(10), record(b"after")) == dict.fromkeys(range(10), 0)
+        assert produce(c, created[0], range(10), one_record(b"after")) == dict.fromkeys(
+            range(10), 0
+        )
         c.close()
         b.stop()
         # The default budget (half the limit) loads every log within the limit.
         b.extra_overrides.remove("log.max.open.files=100000")
         b.start()
-        assert values_of(b.bootstrap, created[0], 10, per_partition=2) == sorted(
+        assert cf_values(b.bootstrap, created[0], 10, per_partition=2) == sorted(
             [b"before", b"after"] * 10
         )
         assert b.open_fds() <= 200
         c = WireClient(b.bootstrap, timeout=60)
         try:  # the partitions that could not be opened can be now
-            assert produce(c, failed, range(10), record(b"later")) == dict.fromkeys(range(10), 0)
+            assert produce(c, failed, range(10), one_record(b"later")) == dict.fromkeys(
+                range(10), 0
+            )
         finally:
             c.close()
     finally:
@@ -153,7 +152,7 @@ def test_a_full_disk_fails_produce_with_a_storage_error_and_reads_go_on(tmp_path
             acked = 0
             codes: dict[int, int] = {}
             for _ in range(200):
-                codes = produce(c, "full", range(1), record(value))
+                codes = produce(c, "full", range(1), one_record(value))
                 if codes[0] != 0:
                     break
                 acked += 1
@@ -170,7 +169,7 @@ def test_a_full_disk_fails_produce_with_a_storage_error_and_reads_go_on(tmp_path
             c = WireClient(b.bootstrap, timeout=60)
             assert delete_topics(c, ["full"]) == {"full": 0}
             deadline = time.monotonic() + 60
-            while produce(c, "filler", range(1), record(b"x" * 1000)) != {0: 0}:
+            while produce(c, "filler", range(1), one_record(b"x" * 1000)) != {0: 0}:
                 assert time.monotonic() < deadline, "produce never worked again after the delete"
                 time.sleep(0.1)
             c.close()

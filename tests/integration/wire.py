@@ -143,6 +143,13 @@ def delete_topics(c: WireClient, names: list[str]) -> dict[str, int]:
     return {r.name: r.error_code for r in resp.responses}
 
 
+def one_record(value: bytes, key: bytes = b"k", timestamp: int = 1_700_000_000_000) -> bytes:
+    """A record batch of one record, for :func:`produce`."""
+    from tierlog.records import build_batch
+
+    return build_batch([(timestamp, key, value)])
+
+
 def produce(c: WireClient, topic: str, partitions: Iterable[int], batch: bytes) -> dict[int, int]:
     """Produce v9 (acks=1) of ``batch`` to each partition: each partition's error code."""
     cls = request_class(0, 9)
