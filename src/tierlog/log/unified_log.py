@@ -644,16 +644,7 @@ class UnifiedLog(LocalLog):
                 f"{active.base_offset}"
             )
         active.on_become_inactive_segment()
-        config = self._config
-        segment = LogSegment.open(
-            self._dir,
-            new_offset,
-            config,
-            init_file_size=config.segment_size if config.get("preallocate") else 0,
-            preallocate=bool(config.get("preallocate")),
-            time_ms=self._time_ms,
-        )
-        self._segments.add(segment)
+        segment = self._new_segment(new_offset)
         self._leo = LogOffsetMetadata(leo, new_offset, 0)
         self.producer_state_manager.take_snapshot(new_offset)
         self._schedule_flush(new_offset)
@@ -903,21 +894,27 @@ class UnifiedLog(LocalLog):
         with self._lock:
             self._truncate_fully_and_start_at(new_offset)
 
-    def _truncate_fully_and_start_at(self, new_offset: int) -> None:
-        # Unlink first: a new segment may reuse a removed one's file names, while readers
-        # holding the old segment keep reading its unlinked files.
-        for removed in self._segments.clear():
-            removed.delete_if_exists()
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        """Create the segment starting at ``base_offset`` (preallocated when the topic says
+        so) and add it as the active one."""
         config = self._config
         segment = LogSegment.open(
             self._dir,
-            new_offset,
+            base_offset,
             config,
             init_file_size=config.segment_size if config.get("preallocate") else 0,
             preallocate=bool(config.get("preallocate")),
             time_ms=self._time_ms,
         )
         self._segments.add(segment)
+        return segment
+
+    def _truncate_fully_and_start_at(self, new_offset: int) -> None:
+        # Unlink first: a new segment may reuse a removed one's file names, while readers
+        # holding the old segment keep reading its unlinked files.
+        for removed in self._segments.clear():
+            removed.delete_if_exists()
+        self._new_segment(new_offset)
         self._leo = LogOffsetMetadata(new_offset, new_offset, 0)
         self._hw_metadata = None
         self.leader_epoch_cache.clear_and_flush()
