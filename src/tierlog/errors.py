@@ -166,6 +166,14 @@ class NotEnoughReplicas(ApiError):
     description = "Messages are rejected since there are fewer in-sync replicas than required."
 
 
+class NotEnoughReplicasAfterAppend(ApiError):
+    error_code = 20
+    retriable = True
+    description = (
+        "Messages are written to the log, but to fewer in-sync replicas than required."
+    )
+
+
 class InvalidRequiredAcks(ApiError):
     error_code = 21
     description = "Produce request specified an invalid value for required acks."

@@ -31,7 +31,7 @@ from tierlog.server.replica_manager import READ_COMMITTED
 if TYPE_CHECKING:
     from tierlog.log.log import Log
     from tierlog.server.kafka_apis import KafkaApis, Request
-    from tierlog.server.replica_manager import Partition
+    from tierlog.cluster.partition import Partition
     from tierlog.tiered.remote_log_manager import RemoteLogManager
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,1 @@
+"""The cluster: ZooKeeper layout and client, the controller, partitions and replication."""
