@@ -470,6 +470,15 @@ class CorruptMetadataCacheError(StorageError):
     """A remote log metadata cache file is missing, truncated or fails its CRC; re-read the topic."""
 
 
+# --------------------------------------------------------------------------- cluster
+
+
+class ZooKeeperClientError(TierlogError):
+    """ZooKeeper cannot be reached or refused what a broker needs from it: no connection within
+    ``zookeeper.connection.timeout.ms``, a broker id another live broker holds, a session that
+    expired under a request (Kafka's ZooKeeperClientException and its startup failures)."""
+
+
 # --------------------------------------------------------------------------- Spark data source
 
 
