@@ -1,0 +1,1 @@
+"""tierlog.cluster: a replicated cluster in Kafka's ZooKeeper-mode design."""
