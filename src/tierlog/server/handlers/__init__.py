@@ -6,7 +6,16 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from tierlog.server.handlers import admin, fetch, group, list_offsets, metadata, produce, producer
+from tierlog.server.handlers import (
+    admin,
+    fetch,
+    group,
+    list_offsets,
+    metadata,
+    produce,
+    producer,
+    replication,
+)
 
 HANDLERS: Mapping[int, Callable[[Any, Any], Any]] = MappingProxyType(
     {
@@ -28,6 +37,7 @@ HANDLERS: Mapping[int, Callable[[Any, Any], Any]] = MappingProxyType(
         20: admin.handle_delete_topics,
         21: admin.handle_delete_records,
         22: producer.handle_init_producer_id,
+        23: replication.handle_offset_for_leader_epoch,
         32: admin.handle_describe_configs,
         33: admin.handle_alter_configs,
         37: admin.handle_create_partitions,

@@ -1,0 +1,380 @@
+"""The client side of one Kafka connection, sans-IO (h11's shape): requests out, responses in.
+
+::
+
+    conn = ClientConnection(client_id="tierlog-broker-1")
+    transport.write(conn.send(request))               # framed bytes; the request is pending
+    conn.receive_data(chunk)                          # b"" means EOF
+    while (got := conn.next_response()) is not NEED_DATA:
+        if isinstance(got, ConnectionClosed):
+            break
+        correlation_id, response = got                # oldest pending request's response
+
+Used by the broker-to-broker client (:mod:`tierlog.cluster.broker_client`, asyncio) and the
+Spark data source's blocking client (:mod:`tierlog.spark.fetch_client`); the server side is
+:class:`~tierlog.protocol.connection.ServerConnection`.
+
+What it owns:
+
+* **Framing.** A request is ``int32 size | request header | body``; a response is
+  ``int32 size | response header | body``. A response size outside ``[0, max_frame_size]``
+  is rejected as soon as its 4 size bytes arrive. :attr:`bytes_needed` says how many bytes
+  complete the frame being received, so a blocking reader can ask the socket for exactly
+  those.
+* **Request headers.** v1 for non-flexible request versions, v2 (plus empty tagged fields)
+  for flexible ones, as kio's request class says; the client id is given once. Correlation
+  ids count up from 0 and wrap at 2^31 - 1, as Kafka's clients do.
+* **Versions.** :meth:`send` encodes a kio request entity at its own class's version, or at
+  ``api_version`` when given: an entity of another version is converted field by field
+  (:func:`convert_entity`). Which version the peer supports is decided by the caller
+  (ApiVersions; see :meth:`~tierlog.cluster.broker_client.BrokerClient.request`).
+* **Responses.** Matched to requests by order, as Kafka answers them: the correlation id of
+  each response must be the oldest pending request's. Response header v0 or v1 as kio's
+  response class of the request's version says (ApiVersions' is always v0). An ApiVersions
+  response with UNSUPPORTED_VERSION (35) is read as v0, the version a broker answers an
+  unknown ApiVersions version with (KIP-511). Bodies are read by kio after the lengths inside
+  them were checked (:mod:`tierlog.protocol.length_check`: kio's native reader aborts the
+  process on a huge count). Produce with ``acks=0`` gets no response and is not pending.
+
+Errors: a peer that breaks the protocol (a bad size, an unexpected correlation id, a body
+that does not parse or leaves bytes over, EOF inside a frame) raises
+:class:`~tierlog.errors.RemoteProtocolError` from :meth:`next_response`; the connection is
+dead after it, close it. A request kio cannot encode raises
+:class:`~tierlog.errors.LocalProtocolError` from :meth:`send`, and nothing is pending.
+
+Not thread-safe: one connection belongs to one thread or event loop. Not idempotent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Final
+
+from kio.index import UnknownEntity, load_request_schema, load_response_schema
+from kio.serial import entity_reader
+from kio.serial._introspect import EntityField, EntityTupleField, classify_field
+from kio.serial.readers import read_unsigned_varint
+
+from tierlog.errors import LocalProtocolError, RemoteProtocolError
+from tierlog.protocol._events import NEED_DATA, ConnectionClosed
+from tierlog.protocol._writer import Writer, compile_writer
+from tierlog.protocol.api_versions import api_name
+from tierlog.protocol.length_check import check_lengths
+
+__all__ = [
+    "DEFAULT_MAX_RESPONSE_SIZE",
+    "ClientConnection",
+    "convert_entity",
+]
+
+DEFAULT_MAX_RESPONSE_SIZE: Final = 1 << 30
+"""The largest response size field accepted by default (1 GiB): refuse absurd sizes
+instead of buffering them."""
+
+_I32: Final = struct.Struct(">i")
+_I16: Final = struct.Struct(">h")
+_HEADER: Final = struct.Struct(">ihhih")  # size, api key, version, correlation id, client id len
+_MAX_CORRELATION_ID: Final = 2**31 - 1
+_API_VERSIONS: Final = 18
+_UNSUPPORTED_VERSION: Final = 35
+
+
+@dataclass(frozen=True, slots=True)
+class _Spec:
+    """What the codec needs for one (api key, version); built once, shared."""
+
+    api_key: int
+    api_version: int
+    name: str
+    request_cls: type[Any]
+    writer: Writer
+    flexible_request_header: bool
+    response_cls: type[Any]
+    reader: Any
+    flexible_response_header: bool
+
+
+_SPECS: dict[tuple[int, int], _Spec] = {}
+
+
+def _spec(api_key: int, api_version: int) -> _Spec:
+    """Raises KeyError: kio has no schema for (api key, version)."""
+    key = (api_key, api_version)
+    spec = _SPECS.get(key)
+    if spec is None:
+        try:
+            req_cls = load_request_schema(api_key, api_version)
+            resp_cls = load_response_schema(api_key, api_version)
+        except (KeyError, ModuleNotFoundError, UnknownEntity) as e:
+            raise KeyError(key) from e
+        spec = _Spec(
+            api_key=api_key,
+            api_version=api_version,
+            name=api_name(api_key),
+            request_cls=req_cls,
+            writer=compile_writer(req_cls),
+            flexible_request_header=req_cls.__header_schema__.__flexible__,
+            response_cls=resp_cls,
+            reader=entity_reader(resp_cls),
+            flexible_response_header=resp_cls.__header_schema__.__flexible__,
+        )
+        _SPECS[key] = spec
+    return spec
+
+
+def convert_entity(entity: Any, target_cls: type[Any]) -> Any:
+    """``entity`` (a kio entity of one version) as an instance of ``target_cls`` (the same
+    entity of another version), field by field by name, nested entities too.
+
+    Fields the target does not have are dropped; fields it has and ``entity`` lacks take
+    their schema default. A field without a default that ``entity`` lacks (Fetch v13's
+    ``topic_id`` from a v12 request) cannot be made up: LocalProtocolError.
+
+    Raises:
+        LocalProtocolError: as above.
+    """
+    if type(entity) is target_cls:
+        return entity
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(target_cls):
+        if not hasattr(entity, f.name):
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise LocalProtocolError(
+                    f"cannot convert {type(entity).__qualname__} v{type(entity).__version__} "
+                    f"to v{target_cls.__version__}: no value for {target_cls.__qualname__}."
+                    f"{f.name}"
+                )
+            continue
+        value = getattr(entity, f.name)
+        if value is not None:
+            fc = classify_field(f)
+            if isinstance(fc, EntityField):
+                value = convert_entity(value, fc.type_)
+            elif isinstance(fc, EntityTupleField):
+                value = tuple(convert_entity(v, fc.type_) for v in value)
+        values[f.name] = value
+    return target_cls(**values)
+
+
+class ClientConnection:
+    """One connection's client codec: framed requests out, ``(correlation_id, response)`` in.
+
+    Args:
+        client_id: the request header's client id (None: null).
+        max_frame_size: the largest response size field accepted.
+    """
+
+    __slots__ = (
+        "_buf",
+        "_client_id",
+        "_eof",
+        "_error",
+        "_last_correlation_id",
+        "_max_frame_size",
+        "_next_correlation_id",
+        "_pending",
+    )
+
+    def __init__(
+        self, client_id: str | None = None, *, max_frame_size: int = DEFAULT_MAX_RESPONSE_SIZE
+    ) -> None:
+        if max_frame_size < 0:
+            raise ValueError(f"max_frame_size must be >= 0, got {max_frame_size}")
+        self._client_id = None if client_id is None else client_id.encode()
+        self._max_frame_size = max_frame_size
+        self._next_correlation_id = 0
+        self._last_correlation_id = -1
+        self._pending: deque[tuple[int, _Spec]] = deque()
+        self._buf = bytearray()
+        self._eof = False
+        self._error: str | None = None
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent whose response has not been returned yet."""
+        return len(self._pending)
+
+    @property
+    def last_correlation_id(self) -> int:
+        """The correlation id of the latest request :meth:`send` encoded (-1 before any)."""
+        return self._last_correlation_id
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Received bytes not yet returned as responses."""
+        return len(self._buf)
+
+    @property
+    def bytes_needed(self) -> int:
+        """How many more bytes complete the frame being received (the size field first);
+        0 when a whole frame is buffered."""
+        have = len(self._buf)
+        if have < 4:
+            return 4 - have
+        size: int = _I32.unpack_from(self._buf, 0)[0]
+        return max(0, 4 + max(size, 0) - have)
+
+    # ------------------------------------------------------------------ sending
+
+    def send(self, request: Any, api_version: int | None = None) -> bytes:
+        """The framed bytes of ``request``; its response is pending from now on (unless it is
+        an acks=0 Produce).
+
+        Args:
+            request: a kio request entity.
+            api_version: the version to send (default: the entity class's own); an entity of
+                another version is converted (:func:`convert_entity`).
+
+        Raises:
+            LocalProtocolError: kio has no such version, the entity cannot be converted to
+                it, or a value in it cannot be encoded. Nothing is pending then.
+        """
+        cls = type(request)
+        try:
+            api_key = int(cls.__api_key__)
+            version = int(cls.__version__) if api_version is None else api_version
+            spec = _spec(api_key, version)
+        except (AttributeError, KeyError) as e:
+            raise LocalProtocolError(
+                f"not a request kio can encode: {cls.__qualname__} (api_version={api_version})"
+            ) from e
+        if cls is not spec.request_cls:
+            request = convert_entity(request, spec.request_cls)
+        correlation_id = self._next_correlation_id
+        client_id = self._client_id
+        buf = bytearray(
+            _HEADER.pack(
+                0,
+                api_key,
+                version,
+                correlation_id,
+                -1 if client_id is None else len(client_id),
+            )
+        )
+        if client_id is not None:
+            buf += client_id
+        if spec.flexible_request_header:
+            buf.append(0)  # no tagged fields
+        parts: list[Any] = []
+        try:
+            last = spec.writer(request, buf, parts)
+        except Exception as e:
+            raise LocalProtocolError(
+                f"cannot encode {spec.name} v{version} request: {type(e).__name__}: {e}"
+            ) from e
+        if parts:  # parts[0] is ``buf``: large values were passed through by reference
+            if last:
+                parts.append(last)
+            _I32.pack_into(parts[0], 0, sum(map(len, parts)) - 4)
+            data = b"".join(parts)
+        else:
+            _I32.pack_into(last, 0, len(last) - 4)
+            data = bytes(last)
+        self._last_correlation_id = correlation_id
+        self._next_correlation_id = (
+            0 if correlation_id == _MAX_CORRELATION_ID else correlation_id + 1
+        )
+        if api_key != 0 or request.acks != 0:
+            self._pending.append((correlation_id, spec))
+        return data
+
+    # ------------------------------------------------------------------ receiving
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        """Add bytes received from the peer; ``b""`` means the peer closed its side.
+
+        Raises:
+            ValueError: data after EOF (a caller bug).
+        """
+        if not data:
+            self._eof = True
+            return
+        if self._eof:
+            raise ValueError("receive_data() after EOF")
+        self._buf += data
+
+    def next_response(self) -> tuple[int, Any] | type[NEED_DATA] | ConnectionClosed:
+        """``(correlation_id, response)`` of the oldest pending request, NEED_DATA, or
+        ConnectionClosed once the peer closed and every whole response was returned
+        (:attr:`in_flight` says how many requests it left unanswered).
+
+        Raises:
+            RemoteProtocolError: the peer broke the protocol; the connection is dead, close
+                it. Every later call raises again.
+        """
+        if self._error is not None:
+            raise RemoteProtocolError(f"connection already failed: {self._error}")
+        try:
+            return self._next_response()
+        except RemoteProtocolError as e:
+            self._error = str(e)
+            raise
+
+    def _next_response(self) -> tuple[int, Any] | type[NEED_DATA] | ConnectionClosed:
+        buf = self._buf
+        if len(buf) >= 4:
+            size = _I32.unpack_from(buf, 0)[0]
+            if size < 4 or size > self._max_frame_size:
+                raise RemoteProtocolError(
+                    f"response frame size {size} is outside [4, {self._max_frame_size}]"
+                )
+            if len(buf) >= 4 + size:
+                frame = bytes(buf[4 : 4 + size])
+                del buf[: 4 + size]
+                return self._parse(frame)
+        if not self._eof:
+            return NEED_DATA
+        if buf:
+            raise RemoteProtocolError(
+                f"peer closed the connection inside a response frame ({len(buf)} bytes "
+                f"buffered, {len(self._pending)} requests pending)"
+            )
+        return ConnectionClosed()
+
+    def _parse(self, frame: bytes) -> tuple[int, Any]:
+        (correlation_id,) = _I32.unpack_from(frame, 0)
+        if not self._pending:
+            raise RemoteProtocolError(
+                f"response with correlation id {correlation_id} but no request is pending"
+            )
+        expected, spec = self._pending.popleft()
+        if correlation_id != expected:
+            raise RemoteProtocolError(
+                f"{spec.name} v{spec.api_version} response has correlation id "
+                f"{correlation_id}, expected {expected}"
+            )
+        pos = 4
+        try:
+            if spec.flexible_response_header:
+                count, k = read_unsigned_varint(frame, pos)
+                pos += k
+                for _ in range(count):
+                    _tag, k = read_unsigned_varint(frame, pos)
+                    pos += k
+                    length, k = read_unsigned_varint(frame, pos)
+                    pos += k + length
+            if (
+                spec.api_key == _API_VERSIONS
+                and spec.api_version > 0
+                and len(frame) >= pos + 2
+                and _I16.unpack_from(frame, pos)[0] == _UNSUPPORTED_VERSION
+            ):
+                spec = _spec(_API_VERSIONS, 0)  # KIP-511: the answer to an unknown version
+            check_lengths(spec.response_cls, frame, pos, len(frame))
+            response, n = spec.reader(frame, pos)
+        except Exception as e:
+            raise RemoteProtocolError(
+                f"malformed {spec.name} v{spec.api_version} response (correlation id "
+                f"{correlation_id}, {len(frame)} bytes): {type(e).__name__}: {e}"
+            ) from e
+        if pos + n != len(frame):
+            raise RemoteProtocolError(
+                f"{spec.name} v{spec.api_version} response (correlation id {correlation_id}) "
+                f"has {len(frame) - pos - n} bytes after its body"
+            )
+        return correlation_id, response
