@@ -240,6 +240,14 @@ def test_convert_entity_down_drops_fields_and_up_takes_defaults() -> None:
     assert back.topics == ofle_v4().topics
 
 
+def test_fields_of_older_versions_take_kafkas_implicit_defaults() -> None:
+    from kio.schema.metadata.v9.request import MetadataRequest as MetadataRequestV9
+
+    v9 = convert_entity(metadata(12), MetadataRequestV9)
+    assert v9.include_cluster_authorized_operations is False
+    assert [t.name for t in v9.topics] == ["t"]
+
+
 def test_send_converts_to_the_version_asked() -> None:
     conn = ClientConnection("c")
     data = conn.send(ofle_v4(), 2)

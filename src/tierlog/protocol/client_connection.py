@@ -48,6 +48,7 @@ Not thread-safe: one connection belongs to one thread or event loop. Not idempot
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import struct
 from collections import deque
 from dataclasses import dataclass
@@ -55,7 +56,13 @@ from typing import Any, Final
 
 from kio.index import UnknownEntity, load_request_schema, load_response_schema
 from kio.serial import entity_reader
-from kio.serial._introspect import EntityField, EntityTupleField, classify_field
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    classify_field,
+    get_schema_field_type,
+    is_optional,
+)
 from kio.serial.readers import read_unsigned_varint
 
 from tierlog.errors import LocalProtocolError, RemoteProtocolError
@@ -125,13 +132,45 @@ def _spec(api_key: int, api_version: int) -> _Spec:
     return spec
 
 
+def _zero(f: dataclasses.Field[Any]) -> Any:
+    """Kafka's implicit default of a field without a schema default: null for nullable
+    fields, empty arrays, ``0``/``False``/``""``/zero durations; ``_NO_ZERO`` for what cannot
+    be made up (a topic id, a nested entity)."""
+    fc = classify_field(f)
+    if fc.is_array:
+        return ()
+    if isinstance(fc, EntityField):
+        return _NO_ZERO
+    kafka_type = get_schema_field_type(f)
+    if kafka_type == "uuid":
+        return _NO_ZERO  # kio types topic ids nullable; a zero id would name no topic
+    if is_optional(f):
+        return None
+    if kafka_type in ("bool",):
+        return False
+    if kafka_type in ("string",):
+        return ""
+    if kafka_type in ("bytes", "records"):
+        return b""
+    if kafka_type.startswith("timedelta"):
+        return datetime.timedelta(0)
+    if kafka_type.startswith(("int", "uint", "float", "error_code")):
+        return 0
+    return _NO_ZERO  # datetime
+
+
+_NO_ZERO: Final = object()
+
+
 def convert_entity(entity: Any, target_cls: type[Any]) -> Any:
     """``entity`` (a kio entity of one version) as an instance of ``target_cls`` (the same
-    entity of another version), field by field by name, nested entities too.
+    entity of another version), field by field by name, nested entities too -- what Kafka's
+    generated messages do when one message object is written at another version.
 
-    Fields the target does not have are dropped; fields it has and ``entity`` lacks take
-    their schema default. A field without a default that ``entity`` lacks (Fetch v13's
-    ``topic_id`` from a v12 request) cannot be made up: LocalProtocolError.
+    Fields the target does not have are dropped. Fields it has and ``entity`` lacks take their
+    schema default, else Kafka's implicit one (null, empty array, 0, false, ""): so a v12
+    Metadata request goes down to v9 with ``include_cluster_authorized_operations=False``. A
+    topic id or nested entity cannot be made up: Fetch v12 -> v13 (``topic_id``) is refused.
 
     Raises:
         LocalProtocolError: as above.
@@ -142,11 +181,14 @@ def convert_entity(entity: Any, target_cls: type[Any]) -> Any:
     for f in dataclasses.fields(target_cls):
         if not hasattr(entity, f.name):
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise LocalProtocolError(
-                    f"cannot convert {type(entity).__qualname__} v{type(entity).__version__} "
-                    f"to v{target_cls.__version__}: no value for {target_cls.__qualname__}."
-                    f"{f.name}"
-                )
+                zero = _zero(f)
+                if zero is _NO_ZERO:
+                    raise LocalProtocolError(
+                        f"cannot convert {type(entity).__qualname__} "
+                        f"v{type(entity).__version__} to v{target_cls.__version__}: no value "
+                        f"for {target_cls.__qualname__}.{f.name}"
+                    )
+                values[f.name] = zero
             continue
         value = getattr(entity, f.name)
         if value is not None:
