@@ -267,6 +267,9 @@ class BrokerClient:
             err = BrokerNotAvailableError(self._host, self._port, f"connection failed: {e}")
             self._fail(err)
             raise err from e
+        finally:
+            if fut is not None and not fut.done():
+                fut.cancel()  # cancelled while writing: its response will be dropped
 
     # ------------------------------------------------------------------ receiving
 
