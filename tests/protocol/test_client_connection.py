@@ -416,3 +416,13 @@ def test_api_versions_unsupported_version_answer_is_read_as_v0() -> None:
     assert cid == 0
     assert resp == r
     assert resp.error_code == ErrorCode.unsupported_version
+
+
+def test_a_body_cut_short_never_reads_into_the_next_frame() -> None:
+    conn, data, _ = two_responses()
+    size = struct.unpack_from(">i", data)[0]
+    first, second = data[4 : 4 + size], data[4 + size :]
+    cut = struct.pack(">i", size - 3) + first[:-3] + second
+    conn.receive_data(cut)
+    with pytest.raises(RemoteProtocolError, match="malformed Metadata v12 response"):
+        conn.next_response()

@@ -210,14 +210,17 @@ class ClientConnection:
     """
 
     __slots__ = (
-        "_buf",
         "_client_id",
         "_eof",
         "_error",
+        "_head",
         "_last_correlation_id",
         "_max_frame_size",
         "_next_correlation_id",
         "_pending",
+        "_pos",
+        "_tail",
+        "_tail_len",
     )
 
     def __init__(
@@ -230,7 +233,11 @@ class ClientConnection:
         self._next_correlation_id = 0
         self._last_correlation_id = -1
         self._pending: deque[tuple[int, _Spec]] = deque()
-        self._buf = bytearray()
+        # receive buffer: unread bytes are _head[_pos:] followed by the chunks in _tail
+        self._head = b""
+        self._pos = 0
+        self._tail: deque[bytes] = deque()
+        self._tail_len = 0
         self._eof = False
         self._error: str | None = None
 
@@ -249,16 +256,18 @@ class ClientConnection:
     @property
     def buffered_bytes(self) -> int:
         """Received bytes not yet returned as responses."""
-        return len(self._buf)
+        return len(self._head) - self._pos + self._tail_len
 
     @property
     def bytes_needed(self) -> int:
         """How many more bytes complete the frame being received (the size field first);
         0 when a whole frame is buffered."""
-        have = len(self._buf)
+        have = self.buffered_bytes
         if have < 4:
             return 4 - have
-        size: int = _I32.unpack_from(self._buf, 0)[0]
+        if len(self._head) - self._pos < 4:
+            self._gather(4)
+        size: int = _I32.unpack_from(self._head, self._pos)[0]
         return max(0, 4 + max(size, 0) - have)
 
     # ------------------------------------------------------------------ sending
@@ -338,7 +347,28 @@ class ClientConnection:
             return
         if self._eof:
             raise ValueError("receive_data() after EOF")
-        self._buf += data
+        if type(data) is not bytes:
+            data = bytes(data)  # kio reads only immutable buffers
+        if self._pos >= len(self._head) and not self._tail:
+            self._head = data
+            self._pos = 0
+        else:
+            self._tail.append(data)
+            self._tail_len += len(data)
+
+    def _gather(self, n: int) -> None:
+        """Make ``_head[_pos:]`` hold at least ``n`` bytes, joining as few chunks as possible
+        (a frame spread over chunks is joined once, when it is complete)."""
+        rest = self._head[self._pos :] if self._pos < len(self._head) else b""
+        chunks = [rest] if rest else []
+        have = len(rest)
+        while have < n:
+            c = self._tail.popleft()
+            self._tail_len -= len(c)
+            chunks.append(c)
+            have += len(c)
+        self._head = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        self._pos = 0
 
     def next_response(self) -> tuple[int, Any] | type[NEED_DATA] | ConnectionClosed:
         """``(correlation_id, response)`` of the oldest pending request, NEED_DATA, or
@@ -358,28 +388,33 @@ class ClientConnection:
             raise
 
     def _next_response(self) -> tuple[int, Any] | type[NEED_DATA] | ConnectionClosed:
-        buf = self._buf
-        if len(buf) >= 4:
-            size = _I32.unpack_from(buf, 0)[0]
+        avail = self.buffered_bytes
+        if avail >= 4:
+            if len(self._head) - self._pos < 4:
+                self._gather(4)
+            size = _I32.unpack_from(self._head, self._pos)[0]
             if size < 4 or size > self._max_frame_size:
                 raise RemoteProtocolError(
                     f"response frame size {size} is outside [4, {self._max_frame_size}]"
                 )
-            if len(buf) >= 4 + size:
-                frame = bytes(buf[4 : 4 + size])
-                del buf[: 4 + size]
-                return self._parse(frame)
+            if avail >= 4 + size:
+                if len(self._head) - self._pos < 4 + size:
+                    self._gather(4 + size)
+                buf, start = self._head, self._pos + 4
+                self._pos = start + size
+                return self._parse(buf, start, start + size)
         if not self._eof:
             return NEED_DATA
-        if buf:
+        if avail:
             raise RemoteProtocolError(
-                f"peer closed the connection inside a response frame ({len(buf)} bytes "
+                f"peer closed the connection inside a response frame ({avail} bytes "
                 f"buffered, {len(self._pending)} requests pending)"
             )
         return ConnectionClosed()
 
-    def _parse(self, frame: bytes) -> tuple[int, Any]:
-        (correlation_id,) = _I32.unpack_from(frame, 0)
+    def _parse(self, frame: bytes, start: int, end: int) -> tuple[int, Any]:
+        """The response in ``frame[start:end]`` (read in place: no copy of the frame)."""
+        (correlation_id,) = _I32.unpack_from(frame, start)
         if not self._pending:
             raise RemoteProtocolError(
                 f"response with correlation id {correlation_id} but no request is pending"
@@ -390,7 +425,7 @@ class ClientConnection:
                 f"{spec.name} v{spec.api_version} response has correlation id "
                 f"{correlation_id}, expected {expected}"
             )
-        pos = 4
+        pos = start + 4
         try:
             if spec.flexible_response_header:
                 count, k = read_unsigned_varint(frame, pos)
@@ -400,23 +435,30 @@ class ClientConnection:
                     pos += k
                     length, k = read_unsigned_varint(frame, pos)
                     pos += k + length
+                if pos > end:
+                    raise ValueError("the response header runs past the end of the frame")
             if (
                 spec.api_key == _API_VERSIONS
                 and spec.api_version > 0
-                and len(frame) >= pos + 2
+                and end >= pos + 2
                 and _I16.unpack_from(frame, pos)[0] == _UNSUPPORTED_VERSION
             ):
                 spec = _spec(_API_VERSIONS, 0)  # KIP-511: the answer to an unknown version
-            check_lengths(spec.response_cls, frame, pos, len(frame))
+            check_lengths(spec.response_cls, frame, pos, end)
             response, n = spec.reader(frame, pos)
         except Exception as e:
             raise RemoteProtocolError(
                 f"malformed {spec.name} v{spec.api_version} response (correlation id "
-                f"{correlation_id}, {len(frame)} bytes): {type(e).__name__}: {e}"
+                f"{correlation_id}, {end - start} bytes): {type(e).__name__}: {e}"
             ) from e
-        if pos + n != len(frame):
+        if pos + n > end:
+            raise RemoteProtocolError(
+                f"malformed {spec.name} v{spec.api_version} response (correlation id "
+                f"{correlation_id}): it runs {pos + n - end} bytes past the end of its frame"
+            )
+        if pos + n != end:
             raise RemoteProtocolError(
                 f"{spec.name} v{spec.api_version} response (correlation id {correlation_id}) "
-                f"has {len(frame) - pos - n} bytes after its body"
+                f"has {end - pos - n} bytes after its body"
             )
         return correlation_id, response
