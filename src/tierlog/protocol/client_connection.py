@@ -17,10 +17,11 @@ Spark data source's blocking client (:mod:`tierlog.spark.fetch_client`); the ser
 What it owns:
 
 * **Framing.** A request is ``int32 size | request header | body``; a response is
-  ``int32 size | response header | body``. A response size outside ``[0, max_frame_size]``
-  is rejected as soon as its 4 size bytes arrive. :attr:`bytes_needed` says how many bytes
-  complete the frame being received, so a blocking reader can ask the socket for exactly
-  those.
+  ``int32 size | response header | body``. A response size outside ``[4, max_frame_size]``
+  is rejected as soon as its 4 size bytes arrive. Responses are read in place from the
+  received chunks; a frame spread over chunks is joined once, when its last byte arrives.
+  :attr:`bytes_needed` says how many bytes complete the frame being received, so a blocking
+  reader can ask the socket for exactly those.
 * **Request headers.** v1 for non-flexible request versions, v2 (plus empty tagged fields)
   for flexible ones, as kio's request class says; the client id is given once. Correlation
   ids count up from 0 and wrap at 2^31 - 1, as Kafka's clients do.
