@@ -12,6 +12,7 @@ from tierlog.cluster.leader_election import (
     ElectionResult,
     LeaderAndIsr,
     LeaderRecoveryState,
+    auto_leader_rebalance_candidates,
     controlled_shutdown_leader,
     new_partition_leader,
     offline_partition_leader,
@@ -91,6 +92,24 @@ def test_leader_and_isr_bumps_the_leader_epoch():
     assert unclean == LeaderAndIsr(3, 6, (3,), LeaderRecoveryState.RECOVERING, 3)
     assert unclean.new_leader(3).leader_recovery_state == LeaderRecoveryState.RECOVERING
     assert unclean.elected(ElectionResult(3, (3,))).leader_recovery_state == 0
+
+
+def test_auto_leader_rebalance_above_the_imbalance_percentage():
+    # broker 1 prefers 10 partitions and leads 8: 20% > 10%; the two come back unless the
+    # preferred replica cannot lead (out of the ISR)
+    assignments = {p: (1, 2) for p in range(10)}
+    states = {p: LeaderAndIsr(1, 0, (1, 2)) for p in range(8)}
+    states[8] = LeaderAndIsr(2, 1, (2, 1))
+    states[9] = LeaderAndIsr(2, 1, (2, 1))
+    assert auto_leader_rebalance_candidates(assignments, states, {1, 2}) == {8, 9}
+    states[9] = LeaderAndIsr(2, 1, (2,))
+    assert auto_leader_rebalance_candidates(assignments, states, {1, 2}) == {8}
+    assert auto_leader_rebalance_candidates(assignments, states, {2}) == set()  # 1 is down
+    # 20% is not above 20%
+    assert auto_leader_rebalance_candidates(assignments, states, {1, 2}, 20) == set()
+    # exactly one of 10 led elsewhere (10%) is not above the default 10%
+    states[9] = LeaderAndIsr(1, 2, (1, 2))
+    assert auto_leader_rebalance_candidates(assignments, states, {1, 2}) == set()
 
 
 # ------------------------------------------------------------------------------ properties

@@ -240,6 +240,14 @@ def test_convert_entity_down_drops_fields_and_up_takes_defaults() -> None:
     assert back.topics == ofle_v4().topics
 
 
+def test_fields_of_older_versions_take_kafkas_implicit_defaults() -> None:
+    from kio.schema.metadata.v9.request import MetadataRequest as MetadataRequestV9
+
+    v9 = convert_entity(metadata(12), MetadataRequestV9)
+    assert v9.include_cluster_authorized_operations is False
+    assert [t.name for t in v9.topics] == ["t"]
+
+
 def test_send_converts_to_the_version_asked() -> None:
     conn = ClientConnection("c")
     data = conn.send(ofle_v4(), 2)
@@ -408,3 +416,13 @@ def test_api_versions_unsupported_version_answer_is_read_as_v0() -> None:
     assert cid == 0
     assert resp == r
     assert resp.error_code == ErrorCode.unsupported_version
+
+
+def test_a_body_cut_short_never_reads_into_the_next_frame() -> None:
+    conn, data, _ = two_responses()
+    size = struct.unpack_from(">i", data)[0]
+    first, second = data[4 : 4 + size], data[4 + size :]
+    cut = struct.pack(">i", size - 3) + first[:-3] + second
+    conn.receive_data(cut)
+    with pytest.raises(RemoteProtocolError, match="malformed Metadata v12 response"):
+        conn.next_response()

@@ -17,14 +17,16 @@ A thin loop over the sans-IO :class:`~tierlog.protocol.client_connection.ClientC
   the version the peer names when it answers UNSUPPORTED_VERSION). A request is sent at the
   highest version both sides support: the peer's maximum, capped by the version of the kio
   entity given (the highest the caller filled it in for) -- an entity newer than the peer is
-  converted down field by field. ``api_version=`` overrides the choice;
+  converted down field by field. Never up: a field a newer version adds would go out as its
+  default (Fetch v15 moves the follower's id into ``replica_state``; left at its default the
+  follower would fetch as a consumer). ``api_version=`` overrides the choice;
   :meth:`BrokerClient.api_version_for` tells the caller which version to build.
 * **Failures.** Connection refused, reset or closed by the peer, a request timeout, or a
   response that breaks the protocol: the connection is closed and every pending request
   fails with :class:`~tierlog.errors.BrokerNotAvailableError` (a ``ConnectionError``; a
   timeout is its subclass :class:`~tierlog.errors.BrokerRequestTimeoutError`, also a
-  ``TimeoutError``) naming ``host:port``. Kafka's NetworkClient also disconnects on a request
-  timeout: a late response could not be told apart otherwise. Reconnect with
+  ``TimeoutError``) naming ``host:port``. Kafka's NetworkClient disconnects on a request
+  timeout too: a peer that did not answer in time is not trusted with the next. Reconnect with
   :meth:`BrokerClient.connect`. A caller cancelled while waiting leaves the connection usable
   (its response is read and dropped).
 
@@ -267,6 +269,9 @@ class BrokerClient:
             err = BrokerNotAvailableError(self._host, self._port, f"connection failed: {e}")
             self._fail(err)
             raise err from e
+        finally:
+            if fut is not None and not fut.done():
+                fut.cancel()  # cancelled while writing: its response will be dropped
 
     # ------------------------------------------------------------------ receiving
 

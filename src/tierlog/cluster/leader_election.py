@@ -19,6 +19,9 @@ for :func:`controlled_shutdown_leader` -- it is not shutting down (Kafka's
     controlled        first live ISR member not shutting down        ISR - shutting down
       shutdown
 
+:func:`auto_leader_rebalance_candidates` picks the partitions of a preferred election run by
+``auto.leader.rebalance.enable``.
+
 None means no leader can be elected: the partition keeps its state (offline ones stay
 offline, leader -1). The ISR is never shrunk to empty: an unclean leader gets ``[leader]``,
 and :func:`remove_replica_from_isr` keeps a sole ISR member with leader -1, so the one
@@ -27,9 +30,9 @@ replica known to have every acknowledged record is remembered.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, NamedTuple
+from typing import Final, NamedTuple, TypeVar
 
 __all__ = [
     "NO_LEADER",
@@ -37,6 +40,7 @@ __all__ = [
     "ElectionResult",
     "LeaderAndIsr",
     "LeaderRecoveryState",
+    "auto_leader_rebalance_candidates",
     "controlled_shutdown_leader",
     "new_partition_leader",
     "offline_partition_leader",
@@ -200,3 +204,39 @@ def remove_replica_from_isr(state: LeaderAndIsr, broker: int) -> LeaderAndIsr | 
     leader = NO_LEADER if state.leader == broker else state.leader
     isr = state.isr if len(state.isr) == 1 else tuple(r for r in state.isr if r != broker)
     return state.new_leader_and_isr(leader, isr)
+
+
+P = TypeVar("P")
+
+
+def auto_leader_rebalance_candidates(
+    assignments: Mapping[P, Sequence[int]],
+    states: Mapping[P, LeaderAndIsr],
+    live: Collection[int],
+    leader_imbalance_per_broker_percentage: int = 10,
+) -> set[P]:
+    """The partitions ``auto.leader.rebalance.enable`` moves back to their preferred leader
+    (Kafka's ``checkAndTriggerAutoLeaderRebalance``).
+
+    Partitions are grouped by preferred leader (first assigned replica). A broker whose share
+    of partitions led elsewhere is above ``leader.imbalance.per.broker.percentage`` gets a
+    preferred election for those of them whose preferred replica can lead now (live and in
+    the ISR, :func:`preferred_replica_leader`). Partitions without a state are skipped; so are
+    topics being deleted, which the caller leaves out of ``assignments``.
+    """
+    by_preferred: dict[int, list[P]] = {}
+    for partition, replicas in assignments.items():
+        if replicas:
+            by_preferred.setdefault(replicas[0], []).append(partition)
+    out: set[P] = set()
+    for broker, partitions in by_preferred.items():
+        elsewhere = [
+            p for p in partitions if (st := states.get(p)) is not None and st.leader != broker
+        ]
+        if len(elsewhere) / len(partitions) > leader_imbalance_per_broker_percentage / 100:
+            out.update(
+                p
+                for p in elsewhere
+                if preferred_replica_leader(assignments[p], states[p].isr, live) is not None
+            )
+    return out

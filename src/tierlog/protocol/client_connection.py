@@ -17,10 +17,11 @@ Spark data source's blocking client (:mod:`tierlog.spark.fetch_client`); the ser
 What it owns:
 
 * **Framing.** A request is ``int32 size | request header | body``; a response is
-  ``int32 size | response header | body``. A response size outside ``[0, max_frame_size]``
-  is rejected as soon as its 4 size bytes arrive. :attr:`bytes_needed` says how many bytes
-  complete the frame being received, so a blocking reader can ask the socket for exactly
-  those.
+  ``int32 size | response header | body``. A response size outside ``[4, max_frame_size]``
+  is rejected as soon as its 4 size bytes arrive. Responses are read in place from the
+  received chunks; a frame spread over chunks is joined once, when its last byte arrives.
+  :attr:`bytes_needed` says how many bytes complete the frame being received, so a blocking
+  reader can ask the socket for exactly those.
 * **Request headers.** v1 for non-flexible request versions, v2 (plus empty tagged fields)
   for flexible ones, as kio's request class says; the client id is given once. Correlation
   ids count up from 0 and wrap at 2^31 - 1, as Kafka's clients do.
@@ -48,6 +49,7 @@ Not thread-safe: one connection belongs to one thread or event loop. Not idempot
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import struct
 from collections import deque
 from dataclasses import dataclass
@@ -55,7 +57,13 @@ from typing import Any, Final
 
 from kio.index import UnknownEntity, load_request_schema, load_response_schema
 from kio.serial import entity_reader
-from kio.serial._introspect import EntityField, EntityTupleField, classify_field
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    classify_field,
+    get_schema_field_type,
+    is_optional,
+)
 from kio.serial.readers import read_unsigned_varint
 
 from tierlog.errors import LocalProtocolError, RemoteProtocolError
@@ -125,13 +133,45 @@ def _spec(api_key: int, api_version: int) -> _Spec:
     return spec
 
 
+def _zero(f: dataclasses.Field[Any]) -> Any:
+    """Kafka's implicit default of a field without a schema default: null for nullable
+    fields, empty arrays, ``0``/``False``/``""``/zero durations; ``_NO_ZERO`` for what cannot
+    be made up (a topic id, a nested entity)."""
+    fc = classify_field(f)
+    if fc.is_array:
+        return ()
+    if isinstance(fc, EntityField):
+        return _NO_ZERO
+    kafka_type = get_schema_field_type(f)
+    if kafka_type == "uuid":
+        return _NO_ZERO  # kio types topic ids nullable; a zero id would name no topic
+    if is_optional(f):
+        return None
+    if kafka_type in ("bool",):
+        return False
+    if kafka_type in ("string",):
+        return ""
+    if kafka_type in ("bytes", "records"):
+        return b""
+    if kafka_type.startswith("timedelta"):
+        return datetime.timedelta(0)
+    if kafka_type.startswith(("int", "uint", "float", "error_code")):
+        return 0
+    return _NO_ZERO  # datetime
+
+
+_NO_ZERO: Final = object()
+
+
 def convert_entity(entity: Any, target_cls: type[Any]) -> Any:
     """``entity`` (a kio entity of one version) as an instance of ``target_cls`` (the same
-    entity of another version), field by field by name, nested entities too.
+    entity of another version), field by field by name, nested entities too -- what Kafka's
+    generated messages do when one message object is written at another version.
 
-    Fields the target does not have are dropped; fields it has and ``entity`` lacks take
-    their schema default. A field without a default that ``entity`` lacks (Fetch v13's
-    ``topic_id`` from a v12 request) cannot be made up: LocalProtocolError.
+    Fields the target does not have are dropped. Fields it has and ``entity`` lacks take their
+    schema default, else Kafka's implicit one (null, empty array, 0, false, ""): so a v12
+    Metadata request goes down to v9 with ``include_cluster_authorized_operations=False``. A
+    topic id or nested entity cannot be made up: Fetch v12 -> v13 (``topic_id``) is refused.
 
     Raises:
         LocalProtocolError: as above.
@@ -142,11 +182,14 @@ def convert_entity(entity: Any, target_cls: type[Any]) -> Any:
     for f in dataclasses.fields(target_cls):
         if not hasattr(entity, f.name):
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise LocalProtocolError(
-                    f"cannot convert {type(entity).__qualname__} v{type(entity).__version__} "
-                    f"to v{target_cls.__version__}: no value for {target_cls.__qualname__}."
-                    f"{f.name}"
-                )
+                zero = _zero(f)
+                if zero is _NO_ZERO:
+                    raise LocalProtocolError(
+                        f"cannot convert {type(entity).__qualname__} "
+                        f"v{type(entity).__version__} to v{target_cls.__version__}: no value "
+                        f"for {target_cls.__qualname__}.{f.name}"
+                    )
+                values[f.name] = zero
             continue
         value = getattr(entity, f.name)
         if value is not None:
@@ -168,14 +211,17 @@ class ClientConnection:
     """
 
     __slots__ = (
-        "_buf",
         "_client_id",
         "_eof",
         "_error",
+        "_head",
         "_last_correlation_id",
         "_max_frame_size",
         "_next_correlation_id",
         "_pending",
+        "_pos",
+        "_tail",
+        "_tail_len",
     )
 
     def __init__(
@@ -188,7 +234,11 @@ class ClientConnection:
         self._next_correlation_id = 0
         self._last_correlation_id = -1
         self._pending: deque[tuple[int, _Spec]] = deque()
-        self._buf = bytearray()
+        # receive buffer: unread bytes are _head[_pos:] followed by the chunks in _tail
+        self._head = b""
+        self._pos = 0
+        self._tail: deque[bytes] = deque()
+        self._tail_len = 0
         self._eof = False
         self._error: str | None = None
 
@@ -207,16 +257,18 @@ class ClientConnection:
     @property
     def buffered_bytes(self) -> int:
         """Received bytes not yet returned as responses."""
-        return len(self._buf)
+        return len(self._head) - self._pos + self._tail_len
 
     @property
     def bytes_needed(self) -> int:
         """How many more bytes complete the frame being received (the size field first);
         0 when a whole frame is buffered."""
-        have = len(self._buf)
+        have = self.buffered_bytes
         if have < 4:
             return 4 - have
-        size: int = _I32.unpack_from(self._buf, 0)[0]
+        if len(self._head) - self._pos < 4:
+            self._gather(4)
+        size: int = _I32.unpack_from(self._head, self._pos)[0]
         return max(0, 4 + max(size, 0) - have)
 
     # ------------------------------------------------------------------ sending
@@ -296,7 +348,28 @@ class ClientConnection:
             return
         if self._eof:
             raise ValueError("receive_data() after EOF")
-        self._buf += data
+        if type(data) is not bytes:
+            data = bytes(data)  # kio reads only immutable buffers
+        if self._pos >= len(self._head) and not self._tail:
+            self._head = data
+            self._pos = 0
+        else:
+            self._tail.append(data)
+            self._tail_len += len(data)
+
+    def _gather(self, n: int) -> None:
+        """Make ``_head[_pos:]`` hold at least ``n`` bytes, joining as few chunks as possible
+        (a frame spread over chunks is joined once, when it is complete)."""
+        rest = self._head[self._pos :] if self._pos < len(self._head) else b""
+        chunks = [rest] if rest else []
+        have = len(rest)
+        while have < n:
+            c = self._tail.popleft()
+            self._tail_len -= len(c)
+            chunks.append(c)
+            have += len(c)
+        self._head = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        self._pos = 0
 
     def next_response(self) -> tuple[int, Any] | type[NEED_DATA] | ConnectionClosed:
         """``(correlation_id, response)`` of the oldest pending request, NEED_DATA, or
@@ -316,28 +389,33 @@ class ClientConnection:
             raise
 
     def _next_response(self) -> tuple[int, Any] | type[NEED_DATA] | ConnectionClosed:
-        buf = self._buf
-        if len(buf) >= 4:
-            size = _I32.unpack_from(buf, 0)[0]
+        avail = self.buffered_bytes
+        if avail >= 4:
+            if len(self._head) - self._pos < 4:
+                self._gather(4)
+            size = _I32.unpack_from(self._head, self._pos)[0]
             if size < 4 or size > self._max_frame_size:
                 raise RemoteProtocolError(
                     f"response frame size {size} is outside [4, {self._max_frame_size}]"
                 )
-            if len(buf) >= 4 + size:
-                frame = bytes(buf[4 : 4 + size])
-                del buf[: 4 + size]
-                return self._parse(frame)
+            if avail >= 4 + size:
+                if len(self._head) - self._pos < 4 + size:
+                    self._gather(4 + size)
+                buf, start = self._head, self._pos + 4
+                self._pos = start + size
+                return self._parse(buf, start, start + size)
         if not self._eof:
             return NEED_DATA
-        if buf:
+        if avail:
             raise RemoteProtocolError(
-                f"peer closed the connection inside a response frame ({len(buf)} bytes "
+                f"peer closed the connection inside a response frame ({avail} bytes "
                 f"buffered, {len(self._pending)} requests pending)"
             )
         return ConnectionClosed()
 
-    def _parse(self, frame: bytes) -> tuple[int, Any]:
-        (correlation_id,) = _I32.unpack_from(frame, 0)
+    def _parse(self, frame: bytes, start: int, end: int) -> tuple[int, Any]:
+        """The response in ``frame[start:end]`` (read in place: no copy of the frame)."""
+        (correlation_id,) = _I32.unpack_from(frame, start)
         if not self._pending:
             raise RemoteProtocolError(
                 f"response with correlation id {correlation_id} but no request is pending"
@@ -348,7 +426,7 @@ class ClientConnection:
                 f"{spec.name} v{spec.api_version} response has correlation id "
                 f"{correlation_id}, expected {expected}"
             )
-        pos = 4
+        pos = start + 4
         try:
             if spec.flexible_response_header:
                 count, k = read_unsigned_varint(frame, pos)
@@ -358,23 +436,30 @@ class ClientConnection:
                     pos += k
                     length, k = read_unsigned_varint(frame, pos)
                     pos += k + length
+                if pos > end:
+                    raise ValueError("the response header runs past the end of the frame")
             if (
                 spec.api_key == _API_VERSIONS
                 and spec.api_version > 0
-                and len(frame) >= pos + 2
+                and end >= pos + 2
                 and _I16.unpack_from(frame, pos)[0] == _UNSUPPORTED_VERSION
             ):
                 spec = _spec(_API_VERSIONS, 0)  # KIP-511: the answer to an unknown version
-            check_lengths(spec.response_cls, frame, pos, len(frame))
+            check_lengths(spec.response_cls, frame, pos, end)
             response, n = spec.reader(frame, pos)
         except Exception as e:
             raise RemoteProtocolError(
                 f"malformed {spec.name} v{spec.api_version} response (correlation id "
-                f"{correlation_id}, {len(frame)} bytes): {type(e).__name__}: {e}"
+                f"{correlation_id}, {end - start} bytes): {type(e).__name__}: {e}"
             ) from e
-        if pos + n != len(frame):
+        if pos + n > end:
+            raise RemoteProtocolError(
+                f"malformed {spec.name} v{spec.api_version} response (correlation id "
+                f"{correlation_id}): it runs {pos + n - end} bytes past the end of its frame"
+            )
+        if pos + n != end:
             raise RemoteProtocolError(
                 f"{spec.name} v{spec.api_version} response (correlation id {correlation_id}) "
-                f"has {len(frame) - pos - n} bytes after its body"
+                f"has {end - pos - n} bytes after its body"
             )
         return correlation_id, response
