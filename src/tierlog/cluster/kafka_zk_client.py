@@ -51,6 +51,12 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 
 
+def _require_version(tp: TopicPartition, state: PartitionState) -> None:
+    # -1 would make ZooKeeper write whatever the version: no compare-and-set at all
+    if state.zk_version < 0:
+        raise ValueError(f"{tp}: a compare-and-set needs the zk_version the state was read at")
+
+
 class KafkaZkClient(ZooKeeperClient):
     """A broker's ZooKeeper session with Kafka's znode operations."""
 
@@ -242,15 +248,18 @@ class KafkaZkClient(ZooKeeperClient):
         controller_epoch_zk_version: int,
     ) -> int:
         """Compare-and-set ``/brokers/topics/<t>`` (partitions added, a reassignment, a topic
-        id); returns the new znode version. -1 as either version skips that check (an admin
-        write, not the controller's).
+        id); returns the new znode version. -1 as either version skips that check (-1 as the
+        controller epoch's: an admin write, such as Kafka's CreatePartitions path).
 
         Raises:
             ControllerMovedError: the controller-epoch check failed.
             kazoo.exceptions.BadVersionError: the topic znode changed since it was read.
             kazoo.exceptions.NoNodeError: the topic does not exist.
         """
-        write = tx_set(zd.topic_path(assignment.name), assignment.encode(), expected_version)
+        path, data = zd.topic_path(assignment.name), assignment.encode()
+        if controller_epoch_zk_version < 0:
+            return int(self._one(set_call(path, data, expected_version)).version)
+        write = tx_set(path, data, expected_version)
         outcome = checked_outcome(self._one(checked_call(controller_epoch_zk_version, write)))
         if isinstance(outcome, Exception):
             raise outcome
@@ -346,8 +355,11 @@ class KafkaZkClient(ZooKeeperClient):
 
         Raises:
             ControllerMovedError: the controller-epoch check failed.
+            ValueError: a state without a zk_version (not read from ZooKeeper).
         """
         keys = list(states)
+        for tp in keys:
+            _require_version(tp, states[tp])
         results, retried = self._pipeline(
             [
                 checked_call(
@@ -377,7 +389,9 @@ class KafkaZkClient(ZooKeeperClient):
 
         Raises:
             kazoo.exceptions.NoNodeError: the partition has no state znode (deleted).
+            ValueError: a state without a zk_version (not read from ZooKeeper).
         """
+        _require_version(tp, state)
         path = zd.partition_state_path(*tp)
         results, retried = self._pipeline([set_call(path, state.encode(), state.zk_version)])
         r = results[0]
