@@ -435,3 +435,26 @@ def test_kazoo_without_chroot_is_not_confused_by_ours(zk_connect, raw_zk):
         assert raw_zk.get(f"{chroot}/cluster/id")[0] == b'{"version":"1","id":"abc"}'
     finally:
         c.close()
+
+
+def test_a_paused_server_suspends_the_session_until_resumed(own_zookeeper):
+    client = KafkaZkClient(
+        f"{own_zookeeper.connect_string}/kafka",
+        session_timeout_ms=2000,
+        connection_timeout_ms=30000,
+    )
+    client.start()
+    try:
+        events = SessionEvents(client)
+        client.create_top_level_paths()
+        own_zookeeper.pause()
+        try:
+            events.wait_for("SUSPENDED")  # no pings answered within the session timeout
+        finally:
+            own_zookeeper.resume()
+        events.wait_for("CONNECTED")
+        # whether or not the session outlived the pause, the client serves requests again
+        client.register_broker(broker(1))
+        assert set(client.get_all_brokers()) == {1}
+    finally:
+        client.close()
