@@ -60,6 +60,19 @@ def four_letter_word(port: int, word: str, timeout: float = 2.0) -> str:
     return b"".join(chunks).decode("utf-8", errors="replace")
 
 
+def expire_session(connect_string: str, client_id: tuple[int, bytes]) -> None:
+    """Make the server expire the session ``client_id`` (kazoo's ``client_id``: session id and
+    password) for real: another connection takes the session over and closes it, as a session
+    whose owner paused past its timeout ends. The owner then sees its session expired (kazoo:
+    LOST, then CONNECTED with a new session)."""
+    from kazoo.client import KazooClient
+
+    other = KazooClient(hosts=connect_string, client_id=client_id, timeout=10)
+    other.start(timeout=30)
+    other.stop()
+    other.close()
+
+
 class ZooKeeperExited(RuntimeError):
     """The JVM exited while starting (the port was taken, a bad config)."""
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 import queue
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
 
-from tests import real_parts, zookeeper_process
+from tests import zookeeper_process
 from tests.zookeeper_process import ZooKeeperProcess
 from tierlog.cluster import KafkaZkClient
 
@@ -51,16 +50,11 @@ class SessionEvents:
 
 
 def expire_session(zk_hosts: str, client: KafkaZkClient) -> None:
-    """Make the server expire ``client``'s session for real: another connection takes the
-    session over (same id and password) and closes it, as a session whose owner paused past
-    its timeout ends. ``client`` then sees LOST and, kazoo reconnecting, CONNECTED with a new
-    session."""
+    """Make the server expire ``client``'s session (see
+    :func:`tests.zookeeper_process.expire_session`)."""
     client_id = client.kazoo.client_id
     assert client_id is not None, "the client is not connected"
-    other = KazooClient(hosts=zk_hosts, client_id=client_id, timeout=SESSION_TIMEOUT_MS / 1000)
-    other.start(timeout=30)
-    other.stop()
-    other.close()
+    zookeeper_process.expire_session(zk_hosts, client_id)
 
 
 @pytest.fixture
@@ -89,16 +83,3 @@ def raw_zk(zookeeper: ZooKeeperProcess) -> Iterator[KazooClient]:
     yield zk
     zk.stop()
     zk.close()
-
-
-@pytest.fixture
-def own_zookeeper(tmp_path: Path) -> Iterator[ZooKeeperProcess]:
-    """A ZooKeeper server of this test's own, for tests that stop, kill or pause it."""
-    why = zookeeper_process.available()
-    if why is not None:
-        real_parts.missing("ZooKeeper", why)
-    zk = ZooKeeperProcess(tmp_path / "zookeeper")
-    zk.start()
-    real_parts.used("ZooKeeper", f"{zk.version} ({zookeeper_process.ZOOKEEPER_JAR})")
-    yield zk
-    zk.stop()

@@ -458,3 +458,17 @@ def test_a_paused_server_suspends_the_session_until_resumed(own_zookeeper):
         assert set(client.get_all_brokers()) == {1}
     finally:
         client.close()
+
+
+def test_isr_change_notifications(new_client):
+    c = new_client()
+    c.create_top_level_paths()
+    _, cev = c.elect_controller(1)
+    first = c.propagate_isr_changes([("t", 0), ("t", 1)])
+    second = c.propagate_isr_changes([("u", 2)])
+    assert (first, second) == ("isr_change_0000000000", "isr_change_0000000001")
+    assert c.get_isr_change_notifications() == {first: {("t", 0), ("t", 1)}, second: {("u", 2)}}
+    with pytest.raises(ControllerMovedError):
+        c.delete_isr_change_notifications([first], cev + 1)
+    c.delete_isr_change_notifications([first, "isr_change_0000000099"], cev)
+    assert c.get_isr_change_notifications() == {second: {("u", 2)}}

@@ -415,6 +415,47 @@ class KafkaZkClient(ZooKeeperClient):
         expected = dataclasses.replace(state, zk_version=state.zk_version + 1)
         return expected if now == expected else error
 
+    # ------------------------------------------------------------------ ISR change notifications
+
+    def propagate_isr_changes(self, tps: Iterable[TopicPartition]) -> str:
+        """Tell the controller that these partitions' ISR changed (a leader after its own
+        ISR writes, Kafka's ``propagateIsrChanges``): a sequential
+        ``/isr_change_notification/isr_change_<seq>``. Returns the notification's name."""
+        prefix = f"{zd.ISR_CHANGE_NOTIFICATION_PATH}/{zd.ISR_CHANGE_PREFIX}"
+        path = self._one(create_call(prefix, zd.encode_isr_change_notification(tps), sequence=True))
+        return str(path).rsplit("/", 1)[-1]
+
+    def get_isr_change_notifications(self) -> dict[str, set[TopicPartition]]:
+        """notification name -> its partitions, for every pending one; one pipeline."""
+        names = sorted(self.get_children(zd.ISR_CHANGE_NOTIFICATION_PATH))
+        paths = [f"{zd.ISR_CHANGE_NOTIFICATION_PATH}/{n}" for n in names]
+        results = self._each([get_call(p) for p in paths], (NoNodeError,))
+        return {
+            n: zd.decode_isr_change_notification(r[0])
+            for n, r in zip(names, results, strict=True)
+            if r is not None
+        }
+
+    def delete_isr_change_notifications(
+        self, names: Iterable[str], controller_epoch_zk_version: int
+    ) -> None:
+        """Delete processed notifications (already gone: fine), fenced by the controller
+        epoch.
+
+        Raises:
+            ControllerMovedError: the controller-epoch check failed.
+        """
+        calls = [
+            checked_call(
+                controller_epoch_zk_version, tx_delete(f"{zd.ISR_CHANGE_NOTIFICATION_PATH}/{n}")
+            )
+            for n in names
+        ]
+        for r in self._pipeline(calls)[0]:
+            outcome = checked_outcome(r)
+            if isinstance(outcome, Exception) and not isinstance(outcome, NoNodeError):
+                raise outcome
+
     # ------------------------------------------------------------------ deletion
 
     def mark_topics_for_deletion(self, topics: Iterable[str]) -> None:
