@@ -472,3 +472,23 @@ def test_isr_change_notifications(new_client):
         c.delete_isr_change_notifications([first], cev + 1)
     c.delete_isr_change_notifications([first, "isr_change_0000000099"], cev)
     assert c.get_isr_change_notifications() == {second: {("u", 2)}}
+
+
+def test_a_request_fails_when_zookeeper_stays_away(own_zookeeper):
+    client = KafkaZkClient(
+        f"{own_zookeeper.connect_string}/kafka", session_timeout_ms=4000, connection_timeout_ms=1000
+    )
+    client.start()
+    try:
+        events = SessionEvents(client)
+        client.create_top_level_paths()
+        own_zookeeper.kill()
+        events.wait_for("SUSPENDED")
+        started = time.monotonic()
+        with pytest.raises(
+            ZooKeeperClientError, match=r"no connection to ZooKeeper at .* for 1000 ms"
+        ):
+            client.get_all_brokers()
+        print(f"gave up after {time.monotonic() - started:.2f} s")
+    finally:
+        client.close()

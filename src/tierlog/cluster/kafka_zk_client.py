@@ -310,6 +310,7 @@ class KafkaZkClient(ZooKeeperClient):
 
         Raises:
             ControllerMovedError: the controller-epoch check failed.
+            kazoo.exceptions.NoNodeError: a topic znode does not exist.
         """
         cev = controller_epoch_zk_version
         keys = list(states)
