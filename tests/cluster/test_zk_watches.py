@@ -148,10 +148,11 @@ def test_watches_survive_a_session_expiry(new_client, zookeeper):
 
 
 def test_watches_survive_a_server_restart(own_zookeeper):
+    """Whether the session outlives the restart or not (see tests/zookeeper_process.py)."""
     c = KafkaZkClient(
         f"{own_zookeeper.connect_string}/kafka",
-        session_timeout_ms=20000,
-        connection_timeout_ms=30000,
+        session_timeout_ms=6000,
+        connection_timeout_ms=60000,
     )
     c.start()
     try:
