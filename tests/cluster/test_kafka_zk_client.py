@@ -431,16 +431,13 @@ def test_preferred_replica_election(new_client):
 
 def test_kazoo_without_chroot_is_not_confused_by_ours(zk_connect, raw_zk):
     """What zkCli.sh shows: a Kafka operator finds the layout under the chroot."""
-    c = KafkaZkClient(zk_connect)
-    c.start()
-    try:
+    with KafkaZkClient(zk_connect) as c:
         c.create_top_level_paths()
         c.get_or_create_cluster_id("abc")
         chroot = chroot_of(zk_connect)
         assert isinstance(raw_zk, KazooClient)
         assert raw_zk.get(f"{chroot}/cluster/id")[0] == b'{"version":"1","id":"abc"}'
-    finally:
-        c.close()
+    assert raw_zk.get_children(f"{chroot}/brokers/ids") == []
 
 
 def test_a_paused_server_suspends_the_session_until_resumed(own_zookeeper):

@@ -32,7 +32,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Self
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
@@ -264,6 +264,13 @@ class ZooKeeperClient:
             zk.stop()
             zk.close()
         self._connected.clear()
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @property
     def session_id(self) -> int | None:
