@@ -181,6 +181,15 @@ def test_admin_and_notification_znodes_as_kafka_writes_them():
     assert zd.decode_controlled_shutdown(zd.encode_controlled_shutdown(1234)) == 1234
 
 
+def test_values_are_hashable():
+    a = TopicAssignment("t", uuid.UUID(int=1), {0: (1, 2)})
+    b = BrokerInfo(1, (BrokerEndPoint("PLAINTEXT", "h", 1, "PLAINTEXT"),), None, 5, {"f": (1, 2)})
+    s = PartitionState(1, 0, (1,), 1, zk_version=3)
+    assert len({a, TopicAssignment("t", uuid.UUID(int=1), {0: (1, 2)})}) == 1
+    assert len({b, BrokerInfo.decode(1, b.encode(), 5)}) == 1
+    assert len({s, PartitionState.decode(s.encode(), 3)}) == 1
+
+
 # --------------------------------------------------------------------------- encoders
 
 

@@ -273,7 +273,8 @@ class BrokerInfo:
     endpoints: tuple[BrokerEndPoint, ...]
     rack: str | None
     epoch: int = -1
-    features: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    # not hashed (a dict), still compared: equal infos hash alike
+    features: Mapping[str, tuple[int, int]] = field(default_factory=dict, hash=False)
 
     VERSION = 5
 
@@ -495,9 +496,10 @@ class TopicAssignment:
 
     name: str
     topic_id: uuid.UUID | None
-    partitions: Mapping[int, tuple[int, ...]]
-    adding: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
-    removing: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    # the maps are compared but not hashed (dicts): equal assignments hash alike
+    partitions: Mapping[int, tuple[int, ...]] = field(hash=False)
+    adding: Mapping[int, tuple[int, ...]] = field(default_factory=dict, hash=False)
+    removing: Mapping[int, tuple[int, ...]] = field(default_factory=dict, hash=False)
     zk_version: int = -1
 
     VERSION = 3
