@@ -109,7 +109,8 @@ class KafkaZkClient(ZooKeeperClient):
                 continue  # went away while we looked: create again
             stat = got[1]
             owner = stat.ephemeralOwner
-            if owner == self.session_id:
+            # the latest session, even if the connection just dropped: not a leftover
+            if owner == self._session_id:
                 return int(stat.czxid)
             if owner in self._own_sessions:
                 log.info("deleting %s left by our expired session 0x%x", path, owner)
