@@ -158,6 +158,7 @@ def test_topic_config_as_kafka_writes_it():
     assert zd.decode_topic_config(data) == config
     assert zd.encode_topic_config(config) == data
     assert zd.decode_topic_config(b"") == {}
+    assert zd.decode_topic_config(b'{"version":1,"config":null}') == {}
 
 
 def test_admin_and_notification_znodes_as_kafka_writes_them():

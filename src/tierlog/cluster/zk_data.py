@@ -568,7 +568,7 @@ def decode_topic_config(data: bytes | None, path: str = CONFIG_TOPICS_PATH) -> d
     if not data:
         return {}
     obj = _parse(data, path)
-    config = _object(obj.get("config", {}), "'config'", path)
+    config = _object(obj.get("config") or {}, "'config'", path)
     for k, v in config.items():
         if not isinstance(v, str):
             raise ValueError(f"{path}: config {k!r} is {v!r}, not a string")
