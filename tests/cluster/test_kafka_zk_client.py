@@ -7,6 +7,7 @@ stop or kill the server take their own (``own_zookeeper``).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import uuid
@@ -495,3 +496,51 @@ def test_a_request_fails_when_zookeeper_stays_away(own_zookeeper):
         print(f"gave up after {time.monotonic() - started:.2f} s")
     finally:
         client.close()
+
+
+def test_concurrent_compare_and_set_loses_no_write(new_client):
+    """The controller and the partition leader write one state znode at once, each
+    read-modify-write in a loop: every write that succeeded got its own version, and the
+    znode's version is the number of successes (no write was lost or applied twice)."""
+    controller, leader = new_client(), new_client()
+    controller.create_top_level_paths()
+    epoch, cev = controller.elect_controller(1)
+    make_topic(controller, "t", 1)
+    controller.create_partition_states({("t", 0): PartitionState(1, 0, (1, 2), epoch)}, cev)
+    tp = ("t", 0)
+    won: dict[str, list[int]] = {"controller": [], "leader": []}
+    barrier = threading.Barrier(2)
+
+    def controller_loop() -> None:
+        barrier.wait()
+        for _ in range(150):
+            s = controller.get_partition_states([tp])[tp]
+            new = PartitionState(
+                s.leader, s.leader_epoch + 1, s.isr, epoch, zk_version=s.zk_version
+            )
+            r = controller.update_partition_states({tp: new}, cev)[tp]
+            if isinstance(r, PartitionState):
+                won["controller"].append(r.zk_version)
+            else:
+                assert isinstance(r, BadVersionError)
+
+    def leader_loop() -> None:
+        barrier.wait()
+        for i in range(150):
+            s = leader.get_partition_states([tp])[tp]
+            isr = (1,) if i % 2 else (1, 2)
+            r = leader.update_leader_and_isr(tp, dataclasses.replace(s, isr=isr))
+            if r is not None:
+                won["leader"].append(r.zk_version)
+
+    threads = [threading.Thread(target=controller_loop), threading.Thread(target=leader_loop)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    versions = won["controller"] + won["leader"]
+    final = controller.get_partition_states([tp])[tp]
+    print(f"controller won {len(won['controller'])}, leader won {len(won['leader'])}")
+    assert sorted(versions) == list(range(1, len(versions) + 1))
+    assert final.zk_version == len(versions)
+    assert final.leader_epoch == len(won["controller"])  # every controller win bumped it once
