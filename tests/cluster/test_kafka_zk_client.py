@@ -186,10 +186,9 @@ def test_one_of_two_brokers_wins_the_election(new_client):
         t.start()
     for t in threads:
         t.join(60)
-    winners = [i for i, won in outcome.items() if won is not None]
+    winners = [(i, won) for i, won in outcome.items() if won is not None]
     assert len(winners) == 1, outcome
-    winner = winners[0]
-    epoch, epoch_zk_version = outcome[winner]
+    winner, (epoch, epoch_zk_version) = winners[0]
     assert epoch == 1  # /controller_epoch created as 0, the first election makes it 1
     assert a.get_controller_id() == b.get_controller_id() == winner
     assert b.get_controller_epoch() == (epoch, epoch_zk_version)
