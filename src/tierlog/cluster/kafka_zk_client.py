@@ -51,6 +51,12 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 
 
+def _require_version(tp: TopicPartition, state: PartitionState) -> None:
+    # -1 would make ZooKeeper write whatever the version: no compare-and-set at all
+    if state.zk_version < 0:
+        raise ValueError(f"{tp}: a compare-and-set needs the zk_version the state was read at")
+
+
 class KafkaZkClient(ZooKeeperClient):
     """A broker's ZooKeeper session with Kafka's znode operations."""
 
@@ -103,7 +109,8 @@ class KafkaZkClient(ZooKeeperClient):
                 continue  # went away while we looked: create again
             stat = got[1]
             owner = stat.ephemeralOwner
-            if owner == self.session_id:
+            # the latest session, even if the connection just dropped: not a leftover
+            if owner == self._session_id:
                 return int(stat.czxid)
             if owner in self._own_sessions:
                 log.info("deleting %s left by our expired session 0x%x", path, owner)
@@ -242,15 +249,18 @@ class KafkaZkClient(ZooKeeperClient):
         controller_epoch_zk_version: int,
     ) -> int:
         """Compare-and-set ``/brokers/topics/<t>`` (partitions added, a reassignment, a topic
-        id); returns the new znode version. -1 as either version skips that check (an admin
-        write, not the controller's).
+        id); returns the new znode version. -1 as either version skips that check (-1 as the
+        controller epoch's: an admin write, such as Kafka's CreatePartitions path).
 
         Raises:
             ControllerMovedError: the controller-epoch check failed.
             kazoo.exceptions.BadVersionError: the topic znode changed since it was read.
             kazoo.exceptions.NoNodeError: the topic does not exist.
         """
-        write = tx_set(zd.topic_path(assignment.name), assignment.encode(), expected_version)
+        path, data = zd.topic_path(assignment.name), assignment.encode()
+        if controller_epoch_zk_version < 0:
+            return int(self._one(set_call(path, data, expected_version)).version)
+        write = tx_set(path, data, expected_version)
         outcome = checked_outcome(self._one(checked_call(controller_epoch_zk_version, write)))
         if isinstance(outcome, Exception):
             raise outcome
@@ -301,6 +311,7 @@ class KafkaZkClient(ZooKeeperClient):
 
         Raises:
             ControllerMovedError: the controller-epoch check failed.
+            kazoo.exceptions.NoNodeError: a topic znode does not exist.
         """
         cev = controller_epoch_zk_version
         keys = list(states)
@@ -346,8 +357,11 @@ class KafkaZkClient(ZooKeeperClient):
 
         Raises:
             ControllerMovedError: the controller-epoch check failed.
+            ValueError: a state without a zk_version (not read from ZooKeeper).
         """
         keys = list(states)
+        for tp in keys:
+            _require_version(tp, states[tp])
         results, retried = self._pipeline(
             [
                 checked_call(
@@ -377,7 +391,9 @@ class KafkaZkClient(ZooKeeperClient):
 
         Raises:
             kazoo.exceptions.NoNodeError: the partition has no state znode (deleted).
+            ValueError: a state without a zk_version (not read from ZooKeeper).
         """
+        _require_version(tp, state)
         path = zd.partition_state_path(*tp)
         results, retried = self._pipeline([set_call(path, state.encode(), state.zk_version)])
         r = results[0]
@@ -400,6 +416,47 @@ class KafkaZkClient(ZooKeeperClient):
         now = self.get_partition_states([tp]).get(tp)
         expected = dataclasses.replace(state, zk_version=state.zk_version + 1)
         return expected if now == expected else error
+
+    # ------------------------------------------------------------------ ISR change notifications
+
+    def propagate_isr_changes(self, tps: Iterable[TopicPartition]) -> str:
+        """Tell the controller that these partitions' ISR changed (a leader after its own
+        ISR writes, Kafka's ``propagateIsrChanges``): a sequential
+        ``/isr_change_notification/isr_change_<seq>``. Returns the notification's name."""
+        prefix = f"{zd.ISR_CHANGE_NOTIFICATION_PATH}/{zd.ISR_CHANGE_PREFIX}"
+        path = self._one(create_call(prefix, zd.encode_isr_change_notification(tps), sequence=True))
+        return str(path).rsplit("/", 1)[-1]
+
+    def get_isr_change_notifications(self) -> dict[str, set[TopicPartition]]:
+        """notification name -> its partitions, for every pending one; one pipeline."""
+        names = sorted(self.get_children(zd.ISR_CHANGE_NOTIFICATION_PATH))
+        paths = [f"{zd.ISR_CHANGE_NOTIFICATION_PATH}/{n}" for n in names]
+        results = self._each([get_call(p) for p in paths], (NoNodeError,))
+        return {
+            n: zd.decode_isr_change_notification(r[0])
+            for n, r in zip(names, results, strict=True)
+            if r is not None
+        }
+
+    def delete_isr_change_notifications(
+        self, names: Iterable[str], controller_epoch_zk_version: int
+    ) -> None:
+        """Delete processed notifications (already gone: fine), fenced by the controller
+        epoch.
+
+        Raises:
+            ControllerMovedError: the controller-epoch check failed.
+        """
+        calls = [
+            checked_call(
+                controller_epoch_zk_version, tx_delete(f"{zd.ISR_CHANGE_NOTIFICATION_PATH}/{n}")
+            )
+            for n in names
+        ]
+        for r in self._pipeline(calls)[0]:
+            outcome = checked_outcome(r)
+            if isinstance(outcome, Exception) and not isinstance(outcome, NoNodeError):
+                raise outcome
 
     # ------------------------------------------------------------------ deletion
 

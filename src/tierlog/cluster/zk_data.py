@@ -273,7 +273,8 @@ class BrokerInfo:
     endpoints: tuple[BrokerEndPoint, ...]
     rack: str | None
     epoch: int = -1
-    features: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    # not hashed (a dict), still compared: equal infos hash alike
+    features: Mapping[str, tuple[int, int]] = field(default_factory=dict, hash=False)
 
     VERSION = 5
 
@@ -495,9 +496,10 @@ class TopicAssignment:
 
     name: str
     topic_id: uuid.UUID | None
-    partitions: Mapping[int, tuple[int, ...]]
-    adding: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
-    removing: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    # the maps are compared but not hashed (dicts): equal assignments hash alike
+    partitions: Mapping[int, tuple[int, ...]] = field(hash=False)
+    adding: Mapping[int, tuple[int, ...]] = field(default_factory=dict, hash=False)
+    removing: Mapping[int, tuple[int, ...]] = field(default_factory=dict, hash=False)
     zk_version: int = -1
 
     VERSION = 3
@@ -566,7 +568,7 @@ def decode_topic_config(data: bytes | None, path: str = CONFIG_TOPICS_PATH) -> d
     if not data:
         return {}
     obj = _parse(data, path)
-    config = _object(obj.get("config", {}), "'config'", path)
+    config = _object(obj.get("config") or {}, "'config'", path)
     for k, v in config.items():
         if not isinstance(v, str):
             raise ValueError(f"{path}: config {k!r} is {v!r}, not a string")

@@ -14,8 +14,10 @@ When callbacks run: once at once, in the thread that creates the watch (the curr
 or for a data watch ``(None, None)`` when the node is absent; a children watch of an absent
 node waits silently); then from kazoo's callback thread after each change; and after each
 reconnection when the value changed, or always on a new session (anything may have happened
-during the expiry). Callbacks of one watch never run concurrently. They should only enqueue
-work: a callback that blocks delays every other watch of the client.
+during the expiry). Apart from that first call, the callbacks of all watches of a client run
+one at a time in kazoo's callback thread. They should only enqueue work: a callback that
+blocks delays every other watch of the client, and one that waits for another watch's
+callback deadlocks.
 
 :meth:`WatchHandle.cancel` stops a watch: once it returns no callback of that watch runs,
 except one already running in the calling thread (cancel from inside the callback).
@@ -30,7 +32,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError
-from kazoo.protocol.states import EventType, WatchedEvent
+from kazoo.protocol.states import Callback, EventType, WatchedEvent
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +69,11 @@ class WatchHandle:
         """The client (re)connected: read again and re-arm, in kazoo's callback thread (the
         session listener runs in the connection thread, which must not wait for ZooKeeper)."""
         if not self._cancelled:
-            self._zk.handler.spawn(self.arm)
+            self._rearm_later()
+
+    def _rearm_later(self) -> None:
+        # kazoo's single callback thread, so callbacks of all watches stay serialized
+        self._zk.handler.dispatch_callback(Callback("watch", self.arm, ()))
 
     def arm(self) -> None:
         """Read the node, set the watch, call back when the value is new."""
@@ -148,7 +154,7 @@ class DataWatch(WatchHandle):
             version = stat.version
         except NoNodeError:
             if self._zk.exists(self.path, watch=self._on_event) is not None:
-                self._zk.handler.spawn(self.arm)  # created in between: read it again
+                self._rearm_later()  # created in between: read it again
                 return
             data, version = None, None
         self._deliver((data, version), lambda: self._callback(data, version))

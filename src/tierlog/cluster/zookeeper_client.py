@@ -9,9 +9,10 @@ ZooKeeper's work, not one round trip each (Kafka 1.1 made the same change for th
 cluster-reference.md §2).
 
 Connection losses: a request that fails with a connection loss or an expired session is sent
-again once the client is connected, until ``zookeeper.connection.timeout.ms`` has passed, then
-:class:`~tierlog.errors.ZooKeeperClientError`. (kazoo would otherwise hold a request queued
-for as long as ZooKeeper is unreachable.) A write sent twice may have been applied the first
+again once the client is connected; when the client stays disconnected for
+``zookeeper.connection.timeout.ms`` the request fails with
+:class:`~tierlog.errors.ZooKeeperClientError` instead (kazoo would hold it queued for as
+long as ZooKeeper is unreachable). A write sent twice may have been applied the first
 time; the callers that care look at what is there (:class:`KafkaZkClient` does for its
 compare-and-sets and creates).
 
@@ -31,7 +32,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Self
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
@@ -264,6 +265,13 @@ class ZooKeeperClient:
             zk.close()
         self._connected.clear()
 
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     @property
     def session_id(self) -> int | None:
         """The current session's id, None while disconnected."""
@@ -321,21 +329,30 @@ class ZooKeeperClient:
         the results and the indexes of the calls that were sent more than once.
 
         Raises:
-            ZooKeeperClientError: closed, or no answer within ``connection_timeout_ms``.
+            ZooKeeperClientError: closed, or disconnected with no answer for
+                ``connection_timeout_ms``.
         """
         results: list[Any] = [None] * len(calls)
         retried: set[int] = set()
         pending = list(range(len(calls)))
-        deadline = time.monotonic() + self.connection_timeout_ms / 1000
+        timeout = self.connection_timeout_ms / 1000
         while pending:
             zk = self.kazoo
             sent = [(i, calls[i](zk)) for i in pending]
             pending = []
             for i, async_result in sent:
                 try:
-                    results[i] = async_result.get(timeout=max(0.0, deadline - time.monotonic()))
-                except KazooTimeoutError:
-                    raise self._timeout_error() from None
+                    while True:
+                        # While connected kazoo answers, or fails the request with a
+                        # connection loss once the server stops answering pings; a request
+                        # made while disconnected waits in kazoo's queue for the reconnection:
+                        # that wait is what connection_timeout_ms bounds.
+                        try:
+                            results[i] = async_result.get(timeout=timeout)
+                            break
+                        except KazooTimeoutError:
+                            if not self._wait_connected(timeout):
+                                raise self._timeout_error() from None
                 except ConnectionClosedError:
                     raise ZooKeeperClientError("the ZooKeeper client is closed") from None
                 except _RETRIABLE:
@@ -349,13 +366,16 @@ class ZooKeeperClient:
                 # kazoo fails the requests before it reports the state change: give its
                 # listener the moment to clear _connected before waiting on it
                 time.sleep(0.01)
-                if not self._connected.wait(max(0.0, deadline - time.monotonic())):
+                if not self._wait_connected(timeout):
                     raise self._timeout_error()
         return results, retried
 
+    def _wait_connected(self, timeout: float) -> bool:
+        return self._connected.wait(timeout)
+
     def _timeout_error(self) -> ZooKeeperClientError:
         return ZooKeeperClientError(
-            f"no answer from ZooKeeper at {self.connect} within {self.connection_timeout_ms} ms"
+            f"no connection to ZooKeeper at {self.connect} for {self.connection_timeout_ms} ms"
         )
 
     def _one(self, call: Call) -> Any:
