@@ -169,9 +169,7 @@ class NotEnoughReplicas(ApiError):
 class NotEnoughReplicasAfterAppend(ApiError):
     error_code = 20
     retriable = True
-    description = (
-        "Messages are written to the log, but to fewer in-sync replicas than required."
-    )
+    description = "Messages are written to the log, but to fewer in-sync replicas than required."
 
 
 class InvalidRequiredAcks(ApiError):

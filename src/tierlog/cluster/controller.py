@@ -366,8 +366,14 @@ class KafkaController:
         why: str,
     ) -> None:
         """Write the states ``decide`` returns, each a compare-and-set on the version read;
-        a conflict (the leader changed the ISR meanwhile) re-reads and decides again."""
+        a conflict (the leader changed the ISR meanwhile) re-reads and decides again.
+
+        The states are read first: leaders write their ISR changes themselves (Kafka's
+        ZK-mode AlterIsr), so the controller's copy may be stale, and a decision on a stale
+        ISR (say, electing a follower that already left it) would be wrong even when no write
+        conflicts (a preferred election that decides "nothing to do")."""
         pending = [tp for tp in tps if tp in self.states]
+        self._reload(pending)
         for _ in range(_RETRIES):
             writes: dict[TopicPartition, PartitionState] = {}
             for tp in pending:
@@ -465,9 +471,7 @@ class KafkaController:
         def decide(tp: TopicPartition, state: PartitionState) -> PartitionState | None:
             if not going & set(state.isr) and state.leader not in going:
                 return None
-            leader, isr = controlled_shutdown_leader(
-                self._replicas(tp), state.isr, live, going
-            )
+            leader, isr = controlled_shutdown_leader(self._replicas(tp), state.isr, live, going)
             if state.leader in going:
                 if leader is None:
                     return None  # nobody else can lead: it stays until it stops
@@ -527,7 +531,9 @@ class KafkaController:
         for broker, tps in by_preferred.items():
             if broker not in live:
                 continue
-            imbalanced = [tp for tp in tps if tp in self.states and self.states[tp].leader != broker]
+            imbalanced = [
+                tp for tp in tps if tp in self.states and self.states[tp].leader != broker
+            ]
             ratio = 100 * len(imbalanced) / len(tps)
             if ratio > self.config.leader_imbalance_per_broker_percentage:
                 chosen.extend(imbalanced)

@@ -21,6 +21,7 @@ Thread-safe, as :class:`~tierlog.cluster.zookeeper_client.ZooKeeperClient`.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -416,6 +417,39 @@ class KafkaZkClient(ZooKeeperClient):
         now = self.get_partition_states([tp]).get(tp)
         expected = dataclasses.replace(state, zk_version=state.zk_version + 1)
         return expected if now == expected else error
+
+    # ------------------------------------------------------------------ producer ids
+
+    def allocate_producer_id_block(self, broker_id: int, block_size: int) -> int:
+        """Claim the next block of producer ids for ``broker_id``; its first id (Kafka's
+        ``ZkProducerIdManager.getNewProducerIdBlock``): ``/latest_producer_id_block`` holds
+        the last block given out, and moving it on is a compare-and-set on its version, so
+        two brokers never get the same block."""
+        path = zd.LATEST_PRODUCER_ID_BLOCK_PATH
+        for _ in range(100):
+            got = self.get_data(path)
+            if got is None:
+                self.ensure_paths([path])
+                continue
+            data, stat = got
+            start = 0
+            if data:
+                obj = json.loads(data)
+                start = int(obj["block_end"]) + 1
+            new = json.dumps(
+                {
+                    "version": 1,
+                    "broker": broker_id,
+                    "block_start": str(start),
+                    "block_end": str(start + block_size - 1),
+                }
+            ).encode()
+            try:
+                self._one(set_call(path, new, stat.version))
+            except BadVersionError:
+                continue  # another broker took a block meanwhile
+            return start
+        raise ZooKeeperClientError(f"cannot claim a producer id block in {path}")
 
     # ------------------------------------------------------------------ ISR change notifications
 

@@ -190,6 +190,17 @@ class Partition:
         if self.is_leader:
             self.maybe_increment_high_watermark()
 
+    def leader_epoch_error(self, current_leader_epoch: int) -> int:
+        """Kafka's ``getLocalLog(currentLeaderEpoch, fetchOnlyFromLeader=true)`` (KIP-320):
+        NOT_LEADER_OR_FOLLOWER (6) when this broker does not lead; with an epoch given
+        (>= 0), FENCED_LEADER_EPOCH (74) when it is older than ours, UNKNOWN_LEADER_EPOCH
+        (75) when newer; else 0."""
+        if not self.is_leader:
+            return 6
+        if current_leader_epoch >= 0 and current_leader_epoch != self.leader_epoch:
+            return 74 if current_leader_epoch < self.leader_epoch else 75
+        return 0
+
     # ----------------------------------------------------------------- leader side
 
     def update_follower_fetch_state(self, replica_id: int, fetch_offset: int, now_ms: int) -> bool:

@@ -318,6 +318,7 @@ class ReplicaFetcherManager:
         self._client_factory = client_factory
         self._on_fetched = on_fetched
         self._fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
+        self._stopping: set[asyncio.Future[None]] = set()
         self._where: dict[tuple[str, int], tuple[int, int]] = {}
 
     def _fetcher_id(self, p: Partition) -> int:
@@ -350,7 +351,9 @@ class ReplicaFetcherManager:
             fetcher.remove(p)
             if not fetcher.partitions:
                 del self._fetchers[key]
-                asyncio.ensure_future(fetcher.stop())
+                stopping = asyncio.ensure_future(fetcher.stop())
+                self._stopping.add(stopping)
+                stopping.add_done_callback(self._stopping.discard)
 
     async def shutdown(self) -> None:
         fetchers, self._fetchers = list(self._fetchers.values()), {}

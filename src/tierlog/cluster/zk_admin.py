@@ -121,9 +121,7 @@ class ZkAdminManager:
         deadline = time.monotonic() + timeout_ms / 1000
         md = self._broker.metadata
         while time.monotonic() < deadline:
-            if all(
-                md.leader(a.name, p) is not None for a in topics for p in a.partitions
-            ):
+            if all(md.leader(a.name, p) is not None for a in topics for p in a.partitions):
                 return
             await asyncio.sleep(0.02)
 

@@ -88,6 +88,8 @@ class ZkBroker:
             fetcher_config, self.broker_address, client_factory, self._fetched
         )
         self._watched_topics: set[str] = set()
+        #: Serialises topic-list changes: each reads ZooKeeper in threads, in order.
+        self._topics_lock = asyncio.Lock()
         self._closed = False
         self._shutting_down = False
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -169,9 +171,7 @@ class ZkBroker:
         if rm is None:
             return []
         live = set(self.metadata.brokers) - {self.broker_id}
-        return [
-            (p.topic, p.index) for p in rm.partitions() if p.is_leader and live & set(p.isr)
-        ]
+        return [(p.topic, p.index) for p in rm.partitions() if p.is_leader and live & set(p.isr)]
 
     async def close(self) -> None:
         self._closed = True
@@ -258,6 +258,10 @@ class ZkBroker:
     # ----------------------------------------------------------------- topics
 
     async def _topics_changed(self, children: list[str]) -> None:
+        async with self._topics_lock:
+            await self._apply_topic_list(children)
+
+    async def _apply_topic_list(self, children: list[str]) -> None:
         current = set(children)
         new = sorted(current - self._watched_topics)
         gone = sorted(self._watched_topics - current)
@@ -426,7 +430,6 @@ class ZkBroker:
                     await rm.shrink_isrs()
                 except Exception:
                     log.exception("ISR expiration failed")
-
 
 
 def _set_once(fut: asyncio.Future[list[str]], value: list[str]) -> None:

@@ -17,6 +17,7 @@ A second signal during shutdown is ignored: the flush must finish.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import resource
@@ -165,7 +166,12 @@ class Broker:
             log_manager=lm,
             replica_manager=rm,
             group_coordinator=gc,
-            producer_id_manager=ProducerIdManager(c.log_dirs[0]),
+            producer_id_manager=ProducerIdManager(
+                c.log_dirs[0],
+                allocate_block=None
+                if self.zk is None
+                else functools.partial(self.zk.allocate_producer_id_block, c.node_id),
+            ),
             endpoint=endpoint,
             cluster_id=lm.cluster_id,
             tiered=tiered,
@@ -283,9 +289,7 @@ class Broker:
             self.zk,
             ControllerConfig(
                 broker_id=c.node_id,
-                unclean_leader_election_enable=bool(
-                    c.log_config().unclean_leader_election_enable
-                ),
+                unclean_leader_election_enable=bool(c.log_config().unclean_leader_election_enable),
                 auto_leader_rebalance_enable=c.auto_leader_rebalance_enable,
                 leader_imbalance_check_interval_s=float(c.leader_imbalance_check_interval_seconds),
                 leader_imbalance_per_broker_percentage=c.leader_imbalance_per_broker_percentage,

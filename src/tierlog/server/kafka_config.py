@@ -739,9 +739,7 @@ class KafkaConfig:
         )
         self.controlled_shutdown_enable: bool = get("controlled.shutdown.enable")
         self.controlled_shutdown_max_retries: int = get("controlled.shutdown.max.retries")
-        self.controlled_shutdown_retry_backoff_ms: int = get(
-            "controlled.shutdown.retry.backoff.ms"
-        )
+        self.controlled_shutdown_retry_backoff_ms: int = get("controlled.shutdown.retry.backoff.ms")
         self.auto_leader_rebalance_enable: bool = get("auto.leader.rebalance.enable")
         self.leader_imbalance_check_interval_seconds: int = get(
             "leader.imbalance.check.interval.seconds"

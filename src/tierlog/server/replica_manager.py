@@ -39,17 +39,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tierlog.cluster.partition import Partition
 from tierlog.errors import (
     ApiError,
     CorruptRecordError,
     InvalidRecord,
     InvalidTopic,
-    FencedLeaderEpoch,
     KafkaStorageError,
     NotEnoughReplicas,
     NotEnoughReplicasAfterAppend,
@@ -57,18 +56,15 @@ from tierlog.errors import (
     OffsetMovedToTieredStorage,
     OffsetOutOfRange,
     RemoteResourceNotFoundError,
-    RequestTimedOut,
     RemoteStorageError,
-    UnknownLeaderEpoch,
+    RequestTimedOut,
     UnknownTopicOrPartition,
 )
-from tierlog.cluster.partition import Partition
 from tierlog.log.log_config import LONG_MAX
 from tierlog.records.record_batch import LOG_OVERHEAD, read_header
 
 if TYPE_CHECKING:
     from tierlog.cluster.cluster_link import ClusterLink, PartitionChange
-    from tierlog.log.log import Log
     from tierlog.log.log_manager import LogManager
     from tierlog.server.remote_read_ahead import RemoteReadAhead
     from tierlog.tiered.remote_log_manager import RemoteLogManager
@@ -79,6 +75,7 @@ log = logging.getLogger(__name__)
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
 
 #: Internal topics that clients may read but never produce to.
 GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
@@ -191,7 +188,7 @@ class ReplicaManager:
         self._partitions[key] = p
         return p
 
-    def _not_here(self, topic: str, index: int) -> int:
+    def not_here_error(self, topic: str, index: int) -> int:
         """The error for a partition this broker does not host: NOT_LEADER_OR_FOLLOWER when
         the cluster has it elsewhere (the client refreshes its metadata), else
         UNKNOWN_TOPIC_OR_PARTITION."""
@@ -244,13 +241,16 @@ class ReplicaManager:
                 )  # fmt: skip
         else:
             was_leader = p.is_leader
-            if p.make_follower(
-                change.leader,
-                change.leader_epoch,
-                change.isr,
-                change.replicas,
-                change.partition_epoch,
-            ) or was_leader:
+            if (
+                p.make_follower(
+                    change.leader,
+                    change.leader_epoch,
+                    change.isr,
+                    change.replicas,
+                    change.partition_epoch,
+                )
+                or was_leader
+            ):
                 if self.cluster is not None:
                     self.cluster.add_fetcher(p)
                 log.info(
@@ -387,12 +387,9 @@ class ReplicaManager:
             return result
         p = self._partitions.get((topic, index))
         if p is None:
-            return ProducePartitionResult(self._not_here(topic, index))
+            return ProducePartitionResult(self.not_here_error(topic, index))
         if not await p.wait_for_high_watermark(result.last_offset + 1, timeout_ms / 1000):
-            if not p.is_leader:
-                code = NotLeaderOrFollower.error_code
-            else:
-                code = RequestTimedOut.error_code
+            code = RequestTimedOut.error_code if p.is_leader else NotLeaderOrFollower.error_code
             return ProducePartitionResult(code, log_start_offset=_safe_log_start(p))
         if len(p.isr) < p.log.config.min_in_sync_replicas:
             return ProducePartitionResult(
@@ -415,7 +412,7 @@ class ReplicaManager:
         except KafkaStorageError as e:
             return ProducePartitionResult(e.error_code, error_message=e.message)
         if p is None:
-            return ProducePartitionResult(self._not_here(topic, index))
+            return ProducePartitionResult(self.not_here_error(topic, index))
         if not p.is_leader:
             return ProducePartitionResult(NotLeaderOrFollower.error_code)
         if not records:
@@ -536,15 +533,8 @@ class ReplicaManager:
     ) -> FetchPartitionResult | None:
         """Leadership, epoch fencing (KIP-320) and, for a follower, divergence (KIP-595) and
         its fetch state; a result to answer at once, or None to read."""
-        if not p.is_leader:
-            return FetchPartitionResult(NotLeaderOrFollower.error_code)
-        epoch = r.current_leader_epoch
-        if epoch >= 0 and epoch != p.leader_epoch:
-            code = (
-                FencedLeaderEpoch.error_code
-                if epoch < p.leader_epoch
-                else UnknownLeaderEpoch.error_code
-            )
+        code = p.leader_epoch_error(r.current_leader_epoch)
+        if code:
             return FetchPartitionResult(code)
         if replica_id < 0:
             return None
@@ -560,10 +550,10 @@ class ReplicaManager:
                 )
                 result.diverging_epoch = (end_epoch, end_offset)
                 return result
-        if p.update_follower_fetch_state(replica_id, r.fetch_offset, self._time_ms()):
-            if self.cluster is not None:
-                p.isr_change_pending = True
-                self.cluster.expand_isr(p, replica_id)
+        joins = p.update_follower_fetch_state(replica_id, r.fetch_offset, self._time_ms())
+        if joins and self.cluster is not None:
+            p.isr_change_pending = True
+            self.cluster.expand_isr(p, replica_id)
         return None
 
     def _plan_remote_read(
@@ -698,7 +688,7 @@ class ReplicaManager:
                 error = True
                 continue
             if p is None:
-                results.append(FetchPartitionResult(self._not_here(r.topic, r.partition)))
+                results.append(FetchPartitionResult(self.not_here_error(r.topic, r.partition)))
                 error = True
                 continue
             answer = self._check_fetch(p, r, replica_id)

@@ -3,9 +3,9 @@ DescribeConfigs (32), AlterConfigs (33) and IncrementalAlterConfigs (44).
 
 Single node: the replication factor must be 1 (or -1 for the default), manual assignments
 may only name this node. In a cluster, CreateTopics, DeleteTopics and CreatePartitions go
-through ZooKeeper (:mod:`tierlog.server.handlers.cluster_admin`). Topic configs are described in full (every config with its value,
-source and, on request, synonyms and documentation); the broker resource lists the broker's
-static configs, which are read-only.
+through ZooKeeper (:mod:`tierlog.server.handlers.cluster_admin`). Topic configs are described
+in full (every config with its value, source and, on request, synonyms and documentation);
+the broker resource lists the broker's static configs, which are read-only.
 """
 
 from __future__ import annotations

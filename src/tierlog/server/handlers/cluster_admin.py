@@ -87,7 +87,7 @@ def create_topics_in_cluster(apis: KafkaApis, ev: Request) -> Any:
         created = await admin.create_topics(
             [t for _, t in todo], validate_only=validate_only, timeout_ms=_timeout_ms(req)
         )
-        for (res, topic), a in zip(todo, created, strict=True):
+        for (res, _topic), a in zip(todo, created, strict=True):
             if isinstance(a, ApiError):
                 _error(res, a)
                 res.update(num_partitions=-1, replication_factor=-1, configs=None)

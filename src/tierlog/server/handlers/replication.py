@@ -9,7 +9,7 @@ cluster-reference §3). Consumers ask too, to detect truncation after a leader c
 * no such partition here: UNKNOWN_TOPIC_OR_PARTITION (3); its log cannot be opened:
   KAFKA_STORAGE_ERROR (56);
 * ``current_leader_epoch`` (v2+; -1 = not given) fenced against the partition's leader
-  epoch, and only the leader answers: :func:`check_leader_epoch`;
+  epoch, and only the leader answers (:meth:`Partition.leader_epoch_error`);
 * else the leader epoch cache's ``endOffsetFor(leader_epoch, log end offset)``: the largest
   epoch <= the requested one and the start offset of the epoch after it (the log end offset
   for the latest epoch); a requested epoch below every cached one answers itself with the
@@ -32,8 +32,8 @@ from tierlog.server.handlers._build import build
 from tierlog.server.kafka_apis import response_class
 
 if TYPE_CHECKING:
+    from tierlog.cluster.partition import Partition
     from tierlog.server.kafka_apis import KafkaApis, Request
-    from tierlog.server.replica_manager import Partition
 
 log = logging.getLogger(__name__)
 
@@ -42,27 +42,12 @@ NO_PARTITION_LEADER_EPOCH = -1
 """Kafka's ``RecordBatch.NO_PARTITION_LEADER_EPOCH``: ``current_leader_epoch`` not given."""
 
 
-def check_leader_epoch(partition: Partition, current_leader_epoch: int) -> int:
-    """The error code of serving ``partition`` as its leader to a request that carries
-    ``current_leader_epoch`` (-1: not given); 0 when it may be served.
-
-    Kafka's ``Partition.getLocalLog(currentLeaderEpoch, fetchOnlyFromLeader=true)`` (KIP-320):
-    NOT_LEADER_OR_FOLLOWER (6) when this broker does not lead the partition; with an epoch
-    given, FENCED_LEADER_EPOCH (74) when it is older than the partition's leader epoch and
-    UNKNOWN_LEADER_EPOCH (75) when it is newer.
-
-    TODO(cluster, lead engineer): leadership and leader epochs arrive with the controller and
-    replication (issue 9); until then every partition is led here and every epoch accepted.
-    """
-    return 0
-
-
 def last_offset_for_leader_epoch(
     partition: Partition, current_leader_epoch: int, leader_epoch: int
 ) -> tuple[int, int, int]:
     """``(error code, leader epoch, end offset)`` of one partition: Kafka's
     ``Partition.lastOffsetForLeaderEpoch`` (see the module docstring)."""
-    code = check_leader_epoch(partition, current_leader_epoch)
+    code = partition.leader_epoch_error(current_leader_epoch)
     if code:
         return code, UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
     lg = partition.log
