@@ -71,7 +71,7 @@ def broker_properties(
     min_isr = 2 if rf >= 3 else 1
     return "\n".join(
         [
-            f"# Broker {broker_id} of the local cluster of `tierlog cluster` (written at each start).",
+            f"# Broker {broker_id} of `tierlog cluster`'s local cluster (written at each start).",
             f"broker.id={broker_id}",
             f"log.dirs={log_dir}",
             f"listeners=PLAINTEXT://{host}:{port}",
@@ -230,7 +230,9 @@ class LocalCluster:
                 )
             )
             b.launch(self.overrides)
-        self.say(f"starting {len(self.brokers)} brokers (logs in {self.data_dir}/broker-*/broker.log) ...")
+        self.say(
+            f"starting {len(self.brokers)} brokers (logs: {self.data_dir}/broker-*/broker.log) ..."
+        )
         deadline = time.monotonic() + timeout
         waiting = list(self.brokers)
         while waiting:
@@ -240,7 +242,9 @@ class LocalCluster:
                 if b.started():
                     waiting.remove(b)
                     assert b.proc is not None
-                    self.say(f"broker {b.broker_id} up on {self.host}:{b.bound_port} (pid {b.proc.pid})")
+                    self.say(
+                        f"broker {b.broker_id} up on {self.host}:{b.bound_port} (pid {b.proc.pid})"
+                    )
                 elif not b.alive():
                     assert b.proc is not None
                     raise RuntimeError(
@@ -301,7 +305,9 @@ class LocalCluster:
                     except subprocess.TimeoutExpired:
                         pass
                 rc = proc.returncode
-                self.say(f"broker {b.broker_id} stopped in {time.monotonic() - t0:.1f} s (exit {rc})")
+                self.say(
+                    f"broker {b.broker_id} stopped in {time.monotonic() - t0:.1f} s (exit {rc})"
+                )
             else:
                 rc = proc.returncode
             if rc != 0:
