@@ -228,3 +228,26 @@ def test_topics_describe_shows_leader_replicas_and_isr(cluster: Cluster, tmp_pat
         assert f"Leader: {meta.leader}" in line
         assert "Replicas: " + ",".join(map(str, meta.replicas)) in line
         assert "Isr: " + ",".join(map(str, meta.isrs)) in line
+
+
+def test_elect_leaders_moves_leadership_back_to_the_preferred_replica(cluster: Cluster) -> None:
+    from confluent_kafka import ElectionType, TopicPartition
+
+    topic = f"elect-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, partitions=1, rf=3)
+    preferred = cluster.partitions(topic)[0].replicas[0]
+    assert cluster.leader(topic, 0) == preferred
+    cluster.brokers[preferred].kill()
+    wait_for(
+        "another leader",
+        lambda: cluster.leader(topic, 0) not in (-1, preferred),
+        SESSION_TIMEOUT_MS / 1000 + 30,
+    )
+    cluster.brokers[preferred].start()
+    cluster.wait_healthy(topic, 1, 3)
+    admin = cluster.admin()
+    result = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)]).result(60)
+    # 0: elected now; ELECTION_NOT_NEEDED: the periodic rebalance (5 s here) got there first.
+    error = result[TopicPartition(topic, 0)]
+    assert error is None or error.code() == 84, error
+    assert cluster.leader(topic, 0) == preferred

@@ -65,7 +65,7 @@ ISSUE_3 = {
     "DeleteGroups", "InitProducerId",
 }  # fmt: skip
 # issue 9: the cluster's (followers truncate by leader epoch; consumers validate positions)
-ISSUE_9 = {"OffsetForLeaderEpoch"}
+ISSUE_9 = {"OffsetForLeaderEpoch", "ElectLeaders"}
 
 
 def test_exactly_the_apis_of_issue_3() -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,7 +21,11 @@ from tierlog.cluster.replica_assignment import (
     assign_replicas_to_brokers,
     validate_manual_assignment,
 )
-from tierlog.cluster.zk_data import TopicAssignment
+from tierlog.cluster.zk_data import (
+    PREFERRED_REPLICA_ELECTION_PATH,
+    TopicAssignment,
+    encode_preferred_replica_election,
+)
 from tierlog.errors import (
     ApiError,
     InvalidPartitions,
@@ -39,6 +42,9 @@ if TYPE_CHECKING:
 __all__ = ["NewClusterTopic", "ZkAdminManager"]
 
 log = logging.getLogger(__name__)
+
+_PREFERRED_LEADER_NOT_AVAILABLE = 80
+_ELECTION_NOT_NEEDED = 84
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,12 +124,11 @@ class ZkAdminManager:
         return results
 
     async def _wait_for_leaders(self, topics: Sequence[TopicAssignment], timeout_ms: int) -> None:
-        deadline = time.monotonic() + timeout_ms / 1000
         md = self._broker.metadata
-        while time.monotonic() < deadline:
-            if all(md.leader(a.name, p) is not None for a in topics for p in a.partitions):
-                return
-            await asyncio.sleep(0.02)
+        await self._broker.wait_for_metadata(
+            lambda: all(md.leader(a.name, p) is not None for a in topics for p in a.partitions),
+            timeout_ms / 1000,
+        )
 
     async def create_partitions(
         self,
@@ -176,6 +181,43 @@ class ZkAdminManager:
         )
         await asyncio.to_thread(zk.set_topic_assignment, new, current.zk_version, -1)
         await self._wait_for_leaders([new], timeout_ms)
+
+    async def elect_preferred_leaders(
+        self, partitions: Sequence[tuple[str, int]], timeout_ms: int
+    ) -> dict[tuple[str, int], int]:
+        """Preferred-leader election (ElectLeaders type 0): ``/admin/preferred_replica_election``
+        for the controller, then wait (up to ``timeout_ms``) for the preferred replicas to
+        lead. Per partition: 0 (elected), ELECTION_NOT_NEEDED (84, it already led),
+        UNKNOWN_TOPIC_OR_PARTITION (3), PREFERRED_LEADER_NOT_AVAILABLE (80: not live or not
+        in the ISR by the deadline)."""
+        md = self._broker.metadata
+        results: dict[tuple[str, int], int] = {}
+        wanted: list[tuple[str, int]] = []
+        for t, p in partitions:
+            pm = md.partition(t, p)
+            if pm is None:
+                results[(t, p)] = UnknownTopicOrPartition.error_code
+            elif pm.replicas and pm.leader == pm.replicas[0]:
+                results[(t, p)] = _ELECTION_NOT_NEEDED
+            else:
+                wanted.append((t, p))
+        if wanted:
+            await asyncio.to_thread(
+                self._broker.zk.set_or_create,
+                PREFERRED_REPLICA_ELECTION_PATH,
+                encode_preferred_replica_election(wanted),
+            )
+
+            def elected(tp: tuple[str, int]) -> bool:
+                pm = md.partition(*tp)
+                return pm is not None and bool(pm.replicas) and pm.leader == pm.replicas[0]
+
+            await self._broker.wait_for_metadata(
+                lambda: all(elected(tp) for tp in wanted), timeout_ms / 1000
+            )
+            for tp in wanted:
+                results[tp] = 0 if elected(tp) else _PREFERRED_LEADER_NOT_AVAILABLE
+        return results
 
     async def delete_topic(self, name: str) -> uuid.UUID | None:
         """Mark a topic for deletion (the controller deletes it); its id.

@@ -95,6 +95,7 @@ class ZkBroker:
         self._tasks: set[asyncio.Task[Any]] = set()
         #: Set once every topic known at startup has been read (and applied).
         self.metadata_loaded = asyncio.Event()
+        self._changed = asyncio.Condition()
 
     # ----------------------------------------------------------------- wiring
 
@@ -352,6 +353,21 @@ class ZkBroker:
                 cb(change, p)
             except Exception:
                 log.exception("partition change listener failed for %s-%d", topic, partition)
+        self._spawn(self._notify_changed())
+
+    async def _notify_changed(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def wait_for_metadata(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
+        """Wait until ``predicate()`` holds, re-checked after every applied partition state;
+        False when ``timeout_s`` passed first."""
+        try:
+            async with self._changed:
+                await asyncio.wait_for(self._changed.wait_for(predicate), timeout_s)
+        except TimeoutError:
+            return predicate()
+        return True
 
     def _topic_deleted(self, name: str) -> None:
         t = self.metadata.remove_topic(name)

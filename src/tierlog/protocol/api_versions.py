@@ -82,6 +82,7 @@ class ApiKey(enum.IntEnum):
     ALTER_CONFIGS = 33
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
     DESCRIBE_CLUSTER = 60
 
@@ -113,6 +114,7 @@ ADVERTISED: Final[Mapping[int, tuple[int, int]]] = MappingProxyType(
         ApiKey.ALTER_CONFIGS: (0, 2),  # 2/2/1/1
         ApiKey.CREATE_PARTITIONS: (0, 3),  # kio 0-3
         ApiKey.DELETE_GROUPS: (0, 2),  # kio 0-2
+        ApiKey.ELECT_LEADERS: (0, 2),  # kio 0-2 (kafka-leader-election, AdminClient)
         ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),  # 1/1/-/-
         ApiKey.DESCRIBE_CLUSTER: (0, 2),  # kio 0-2
     }

@@ -8,6 +8,7 @@ from typing import Any
 
 from tierlog.server.handlers import (
     admin,
+    cluster_admin,
     fetch,
     group,
     list_offsets,
@@ -42,6 +43,7 @@ HANDLERS: Mapping[int, Callable[[Any, Any], Any]] = MappingProxyType(
         33: admin.handle_alter_configs,
         37: admin.handle_create_partitions,
         42: group.handle_delete_groups,
+        43: cluster_admin.handle_elect_leaders,
         44: admin.handle_incremental_alter_configs,
         60: metadata.handle_describe_cluster,
     }

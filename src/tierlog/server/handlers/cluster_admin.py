@@ -2,6 +2,12 @@
 ZooKeeper by :class:`~tierlog.cluster.zk_admin.ZkAdminManager`, answered once the new
 partitions have leaders (or the request's timeout passed). The checks and messages are
 Kafka's; replication factors and explicit assignments name live brokers.
+
+ElectLeaders (43), on a single node too: preferred-leader elections (type 0) go to the
+controller through ``/admin/preferred_replica_election``; a single node's partitions are all
+led by their preferred (only) replica: ELECTION_NOT_NEEDED. Unclean elections (type 1) are
+refused with INVALID_REQUEST: the controller elects unclean leaders only where
+``unclean.leader.election.enable`` allows it.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from tierlog.errors import (
     InvalidRequest,
     InvalidTopic,
     UnknownTopicId,
+    UnknownTopicOrPartition,
 )
 from tierlog.server.handlers._build import build
 from tierlog.server.kafka_apis import response_class
@@ -30,6 +37,8 @@ log = logging.getLogger(__name__)
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
 CREATE_PARTITIONS = 37
+ELECT_LEADERS = 43
+ELECTION_NOT_NEEDED = 84
 TOPIC_DELETION_DISABLED = 73
 
 
@@ -174,5 +183,60 @@ def create_partitions_in_cluster(apis: KafkaApis, ev: Request) -> Any:
             response_class(CREATE_PARTITIONS, ev.api_version),
             {"throttle_time": 0, "results": results},
         )
+
+    return respond()
+
+
+def handle_elect_leaders(apis: KafkaApis, ev: Request) -> Any:
+    req = ev.request
+    cls = response_class(ELECT_LEADERS, ev.api_version)
+    election_type = int(getattr(req, "election_type", 0))
+    if req.topic_partitions is None:  # every partition
+        if apis.cluster is not None:
+            wanted = [(t.name, p) for t in apis.cluster.metadata.topics() for p in t.partitions]
+        else:
+            wanted = [
+                (name, p)
+                for name, info in apis.log_manager.topics().items()
+                for p in range(info.num_partitions)
+            ]
+    else:
+        wanted = [(t.topic, int(p)) for t in req.topic_partitions for p in t.partitions]
+
+    def response(codes: dict[tuple[str, int], int], message: str | None = None) -> Any:
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (t, p), code in codes.items():
+            by_topic.setdefault(t, []).append(
+                {"partition_id": p, "error_code": code, "error_message": message if code else None}
+            )
+        return build(
+            cls,
+            {
+                "throttle_time": 0,
+                "error_code": 0,
+                "replica_election_results": [
+                    {"topic": t, "partition_result": ps} for t, ps in by_topic.items()
+                ],
+            },
+        )
+
+    if election_type != 0:
+        return response(
+            {tp: InvalidRequest.error_code for tp in wanted},
+            "unclean elections are made by the controller where "
+            "unclean.leader.election.enable allows them",
+        )
+    if apis.admin is None:
+        codes = {
+            (t, p): ELECTION_NOT_NEEDED
+            if apis.replica_manager.get_partition(t, p) is not None
+            else UnknownTopicOrPartition.error_code
+            for t, p in wanted
+        }
+        return response(codes)
+    admin = apis.admin
+
+    async def respond() -> Any:
+        return response(await admin.elect_preferred_leaders(wanted, _timeout_ms(req)))
 
     return respond()
