@@ -318,6 +318,9 @@ def run_throughput(work: Path, zk: ZooKeeperServer, args: argparse.Namespace) ->
 
 # --------------------------------------------------------------------------- failover
 
+#: Extra settings of the failover producer (a diagnosis may add librdkafka's debug and logger).
+FAILOVER_PRODUCER_EXTRA: dict[str, object] = {}
+
 _TIMELINE_WORDS = ("controller", "leader", "isr", "live brokers", "session", "shutdown", "expired")
 
 
@@ -392,6 +395,7 @@ def failover_round(brokers: list[BrokerProcess], topic: str, sig: int, interval_
             "enable.idempotence": True,
             "linger.ms": 0,
             "message.timeout.ms": 120_000,
+            **FAILOVER_PRODUCER_EXTRA,
         }
     )
     t_signal: float | None = None
