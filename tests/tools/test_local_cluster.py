@@ -209,3 +209,20 @@ def test_broker_properties_are_a_real_clusters() -> None:
     assert props["default.replication.factor"] == "3" and props["min.insync.replicas"] == "2"
     config = KafkaConfig(props)  # every key is one the broker knows
     assert config.node_id == 2 and config.offsets_topic_replication_factor == 3
+
+
+def test_without_zookeeper_it_says_exactly_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(zookeeper_server, "ZOOKEEPER_JAR", tmp_path / "no-zookeeper.jar")
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)  # not root: never installs
+    why = zookeeper_server.ensure_installed(lambda line: None)
+    assert why is not None
+    assert "sudo apt-get install zookeeper" in why and "not root" in why
+
+    from tierlog.cli import main
+
+    assert main(["cluster", "--data-dir", str(tmp_path / "c"), "--no-install"]) == 1
+    err = capsys.readouterr().err
+    assert "cannot run ZooKeeper" in err and "apt-get install zookeeper" in err
+    assert not (tmp_path / "c").exists()  # nothing started, nothing written
