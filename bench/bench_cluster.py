@@ -450,9 +450,23 @@ def watch_new_leader(
         time.sleep(0.02)
 
 
+def leader_of(brokers: list[BrokerProcess], topic: str) -> int:
+    """Partition 0's leader, asking again while a broker answers with an error (one that has
+    not seen the topic yet answers LEADER_NOT_AVAILABLE: it starts an auto-creation)."""
+    found: list[int] = []
+
+    def probe() -> bool:
+        leader = int(partitions(brokers, topic)[0].leader)  # type: ignore[attr-defined]
+        found[:] = [leader]
+        return leader >= 0
+
+    wait_for(f"a leader of {topic}-0", probe, timeout=30)
+    return found[0]
+
+
 def failover_round(brokers: list[BrokerProcess], topic: str, sig: int, interval_s: float) -> dict:
     """Stream writes, signal the leader after 2 s; the timings (see the module's doc)."""
-    old = partitions(brokers, topic)[0].leader  # type: ignore[attr-defined]
+    old = leader_of(brokers, topic)
     a = admin(brokers)  # alive until the result is in
     controller = a.describe_cluster().result(10).controller.id
     victim = brokers[old - 1]
@@ -491,7 +505,7 @@ def failover_round(brokers: list[BrokerProcess], topic: str, sig: int, interval_
     while True:
         now = time.monotonic()
         if t_signal is None and now - start >= 2.0:
-            leader_now = partitions(brokers, topic)[0].leader  # type: ignore[attr-defined]
+            leader_now = leader_of(brokers, topic)
             if leader_now != old:
                 raise RuntimeError(f"the leader moved from {old} to {leader_now} by itself")
             t_signal = time.monotonic()
