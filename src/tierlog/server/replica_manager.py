@@ -34,11 +34,13 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tierlog.cluster.partition import Partition
 from tierlog.errors import (
     ApiError,
+    CorruptCheckpointError,
     CorruptRecordError,
     InvalidRecord,
     InvalidTopic,
@@ -51,7 +53,9 @@ from tierlog.errors import (
     RequestTimedOut,
     UnknownTopicOrPartition,
 )
+from tierlog.log.checkpoint_file import OffsetCheckpointFile
 from tierlog.log.log_config import LONG_MAX
+from tierlog.log.log_file_utils import REPLICATION_OFFSET_CHECKPOINT_FILENAME
 from tierlog.records.record_batch import LOG_OVERHEAD, read_header
 from tierlog.server.delayed_remote_fetch import DelayedRemoteFetch
 
@@ -146,6 +150,8 @@ class ReplicaManager:
         self.cluster = cluster
         self._time_ms = time_ms
         self._partitions: dict[tuple[str, int], Partition] = {}
+        #: High watermarks read at startup, applied when the partition is hosted.
+        self._checkpointed_hw: dict[tuple[str, int], int] = {}
         #: Serves offsets below the local log start offset (None: no tiered storage).
         self.remote_log_manager = remote_log_manager
         self._remote = (
@@ -220,6 +226,9 @@ class ReplicaManager:
                 local_broker_id=self.local_broker_id,
             )
             p.leader_id = -1  # until the state below
+            hw = self._checkpointed_hw.pop(key, None)
+            if hw is not None and hw > lg.high_watermark:
+                lg.update_high_watermark(hw)
             self._partitions[key] = p
         now = self._time_ms()
         if change.leader == self.local_broker_id:
@@ -283,6 +292,40 @@ class ReplicaManager:
                 )  # fmt: skip
                 await self.cluster.alter_isr(p, p.isr - out)
                 p.maybe_increment_high_watermark()
+
+    # ----------------------------------------------------------------- HW checkpoints
+
+    def load_high_watermarks(self) -> None:
+        """Read each log dir's ``replication-offset-checkpoint`` (Kafka's format: version,
+        count, ``topic partition offset`` lines); a partition hosted later starts with its
+        checkpointed high watermark. An unreadable file is logged and ignored (the leader's
+        high watermark comes back with the first fetches)."""
+        for d in self.log_manager.log_dirs:
+            path = d / REPLICATION_OFFSET_CHECKPOINT_FILENAME
+            try:
+                self._checkpointed_hw.update(OffsetCheckpointFile(path).read())
+            except FileNotFoundError:
+                continue
+            except (OSError, CorruptCheckpointError) as e:
+                log.warning("ignoring unreadable %s: %s", path, e)
+
+    def high_watermarks(self) -> dict[Path, dict[tuple[str, int], int]]:
+        """Every hosted partition's high watermark, by log dir (on the loop thread)."""
+        out: dict[Path, dict[tuple[str, int], int]] = {d: {} for d in self.log_manager.log_dirs}
+        for p in self._partitions.values():
+            out.setdefault(Path(p.log.dir).parent, {})[(p.topic, p.index)] = p.log.high_watermark
+        return out
+
+    @staticmethod
+    def write_high_watermarks(by_dir: dict[Path, dict[tuple[str, int], int]]) -> None:
+        """Write ``replication-offset-checkpoint`` in each log dir (blocking: a worker
+        thread; Kafka's checkpointHighWatermarks every
+        ``replica.high.watermark.checkpoint.interval.ms`` and at shutdown)."""
+        for d, offsets in by_dir.items():
+            try:
+                OffsetCheckpointFile(d / REPLICATION_OFFSET_CHECKPOINT_FILENAME).write(offsets)
+            except OSError as e:
+                log.warning("cannot write the high watermark checkpoint in %s: %s", d, e)
 
     def wake(self, topic: str, index: int) -> None:
         """Complete the fetches parked on a partition (an append that did not come through
