@@ -65,7 +65,12 @@ ISSUE_3 = {
     "DeleteGroups", "InitProducerId",
 }  # fmt: skip
 # issue 9: the cluster's (followers truncate by leader epoch; consumers validate positions)
-ISSUE_9 = {"OffsetForLeaderEpoch", "ElectLeaders"}
+ISSUE_9 = {
+    "OffsetForLeaderEpoch",
+    "ElectLeaders",
+    "AlterPartitionReassignments",
+    "ListPartitionReassignments",
+}
 
 
 def test_exactly_the_apis_of_issue_3() -> None:

@@ -84,6 +84,8 @@ class ApiKey(enum.IntEnum):
     DELETE_GROUPS = 42
     ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
     DESCRIBE_CLUSTER = 60
 
 
@@ -116,6 +118,8 @@ ADVERTISED: Final[Mapping[int, tuple[int, int]]] = MappingProxyType(
         ApiKey.DELETE_GROUPS: (0, 2),  # kio 0-2
         ApiKey.ELECT_LEADERS: (0, 2),  # kio 0-2 (kafka-leader-election, AdminClient)
         ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),  # 1/1/-/-
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),  # kio 0-1
+        ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),  # kio 0
         ApiKey.DESCRIBE_CLUSTER: (0, 2),  # kio 0-2
     }
 )

@@ -207,8 +207,10 @@ class ReplicaManager:
         key = (change.topic, change.partition)
         p = self._partitions.get(key)
         if self.local_broker_id not in change.replicas:
-            if p is not None:
-                self.stop_replica(change.topic, change.partition, delete=False)
+            if p is not None:  # moved away (a reassignment): its copy here goes
+                log.info("%s-%d moved to %s: deleting the replica here",
+                         change.topic, change.partition, list(change.replicas))  # fmt: skip
+                self.stop_replica(change.topic, change.partition, delete=True)
             return None
         if p is None:
             try:

@@ -45,6 +45,8 @@ HANDLERS: Mapping[int, Callable[[Any, Any], Any]] = MappingProxyType(
         42: group.handle_delete_groups,
         43: cluster_admin.handle_elect_leaders,
         44: admin.handle_incremental_alter_configs,
+        45: cluster_admin.handle_alter_partition_reassignments,
+        46: cluster_admin.handle_list_partition_reassignments,
         60: metadata.handle_describe_cluster,
     }
 )
