@@ -7,6 +7,7 @@ kills or stops a broker starts it again and waits for the ISRs to heal before it
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -16,7 +17,9 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
 
+from tests.broker_process import BrokerProcess
 from tests.integration.cluster_support import SESSION_TIMEOUT_MS, Cluster, wait_for
 from tests.zookeeper_process import ZooKeeperProcess
 
@@ -296,3 +299,40 @@ def _assert_replicas_identical_on(cluster: Cluster, topic: str, p: int, brokers:
         return len(datas) == 1
 
     wait_for(f"{topic}-{p}: identical on {brokers}", same, 60)
+
+
+def test_topic_configs_live_in_zookeeper_and_reach_every_replica(cluster: Cluster) -> None:
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    topic = f"cfg-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, partitions=1, rf=3, **{"retention.ms": "3600000"})
+    first, second = list(cluster.brokers.values())[:2]
+    admin = AdminClient({"bootstrap.servers": first.bootstrap})
+
+    def incremental(key: str, value: str) -> ConfigResource:
+        entry = ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+        return ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
+
+    res = incremental("retention.ms", "7200000")
+    admin.incremental_alter_configs([res])[res].result(30)
+
+    def described(b: BrokerProcess) -> str | None:
+        a = AdminClient({"bootstrap.servers": b.bootstrap})
+        r = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        return a.describe_configs([r])[r].result(30)["retention.ms"].value  # type: ignore[no-any-return]
+
+    # Any broker describes what ZooKeeper holds...
+    wait_for("the new retention everywhere", lambda: described(second) == "7200000", 30)
+
+    # ...and every replica's broker applied it to its log (its topic registry says so).
+    def applied() -> bool:
+        for b in cluster:
+            reg = json.loads((b.log_dir / "__tierlog_topics.json").read_text())
+            if reg["topics"][topic]["configs"].get("retention.ms") != "7200000":
+                return False
+        return True
+
+    wait_for("the registry of every replica", applied, 30)
+    bad = incremental("retention.mss", "1")
+    with pytest.raises(Exception, match=r"retention\.mss"):
+        admin.incremental_alter_configs([bad])[bad].result(30)

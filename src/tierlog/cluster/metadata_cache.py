@@ -145,6 +145,13 @@ class MetadataCache:
         )
         return True
 
+    def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
+        t = self._topics.get(name)
+        if t is not None:
+            self._topics[name] = TopicMetadata(
+                t.name, t.topic_id, t.partitions, dict(configs), t.adding, t.removing
+            )
+
     def remove_topic(self, name: str) -> TopicMetadata | None:
         t = self._topics.pop(name, None)
         if t is not None and t.topic_id is not None:

@@ -44,6 +44,8 @@ from tierlog.cluster.zk_data import (
     ControllerInfo,
     PartitionState,
     TopicAssignment,
+    config_topic_path,
+    decode_topic_config,
     partition_state_path,
     topic_path,
 )
@@ -306,6 +308,34 @@ class ZkBroker:
                     self._watch_state(name, p)
 
         self.zk.watch_data(topic_path(name), topic_changed)
+
+        def config_changed(data: bytes | None, _version: int | None) -> None:
+            if data is None:
+                return
+            try:
+                configs = decode_topic_config(data, config_topic_path(name))
+            except ValueError as e:
+                log.error("unreadable topic config: %s", e)
+                return
+            self._post(self._config_changed, name, configs)
+
+        self.zk.watch_data(config_topic_path(name), config_changed)
+
+    def _config_changed(self, name: str, configs: dict[str, str]) -> None:
+        """A topic's overrides changed in ZooKeeper (AlterConfigs on any broker): the
+        metadata and this broker's logs of the topic take them."""
+        t = self.metadata.topic(name)
+        if t is None or dict(t.configs) == configs:
+            return
+        self.metadata.set_topic_configs(name, configs)
+        rm = self._replica_manager
+        if rm is None or rm.log_manager.topic(name) is None:
+            return
+        try:
+            rm.log_manager.alter_topic_config(name, configs, incremental=False)
+            log.info("topic %s configs now %s", name, configs)
+        except Exception as e:
+            log.error("cannot apply the configs of topic %s: %s", name, e)
 
     def _watch_state(self, name: str, partition: int) -> None:
         def state_changed(data: bytes | None, version: int | None) -> None:

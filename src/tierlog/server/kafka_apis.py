@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from tierlog.cluster.controller import KafkaController
     from tierlog.cluster.zk_admin import ZkAdminManager
     from tierlog.cluster.zk_broker import ZkBroker
+    from tierlog.log.log_config import LogConfig
     from tierlog.log.log_manager import LogManager
     from tierlog.server.group_coordinator import GroupCoordinator
     from tierlog.server.kafka_config import KafkaConfig
@@ -203,6 +204,17 @@ class KafkaApis:
             return self.cluster.metadata.topic_name(topic_id)
         info = self.log_manager.topic_by_id(topic_id)
         return None if info is None else str(info.name)
+
+    def topic_config(self, name: str) -> LogConfig | None:
+        """A topic's effective config: its overrides (the registry's, or ZooKeeper's in a
+        cluster) over the broker defaults; None for an unknown topic."""
+        if self.cluster is not None:
+            t = self.cluster.metadata.topic(name)
+            if t is None:
+                return None
+            return self.log_manager.default_config.with_overrides(t.configs)
+        info = self.log_manager.topic(name)
+        return None if info is None else info.config
 
     def broker_endpoint(self, broker_id: int) -> BrokerEndpoint | None:
         """A live broker's address for clients (this broker's first advertised listener's
