@@ -336,3 +336,38 @@ def test_topic_configs_live_in_zookeeper_and_reach_every_replica(cluster: Cluste
     bad = incremental("retention.mss", "1")
     with pytest.raises(Exception, match=r"retention\.mss"):
         admin.incremental_alter_configs([bad])[bad].result(30)
+
+
+def test_a_produce_to_a_follower_names_the_leader_kip_951(cluster: Cluster) -> None:
+    import datetime
+
+    from tests.integration import wire
+
+    topic = f"kip951-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, partitions=1, rf=3)
+    leader = cluster.leader(topic, 0)
+    follower = next(b for i, b in cluster.brokers.items() if i != leader)
+    cls = wire.request_class(0, 10)
+    m = wire._module(cls)
+    req = cls(
+        transactional_id=None,
+        acks=-1,
+        timeout=datetime.timedelta(seconds=30),
+        topic_data=(
+            m.TopicProduceData(
+                name=topic,
+                partition_data=(m.PartitionProduceData(index=0, records=wire.one_record(b"x")),),
+            ),
+        ),
+    )
+    c = wire.WireClient(follower.bootstrap)
+    try:
+        resp = c.call(req)
+    finally:
+        c.close()
+    (p,) = resp.responses[0].partition_responses
+    assert int(p.error_code) == 6  # NOT_LEADER_OR_FOLLOWER, retriable
+    assert int(p.current_leader.leader_id) == leader
+    assert int(p.current_leader.leader_epoch) >= 0
+    endpoints = {int(e.node_id): int(e.port) for e in resp.node_endpoints}
+    assert endpoints == {leader: cluster.brokers[leader].port}
