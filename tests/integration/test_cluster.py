@@ -371,3 +371,30 @@ def test_a_produce_to_a_follower_names_the_leader_kip_951(cluster: Cluster) -> N
     assert int(p.current_leader.leader_epoch) >= 0
     endpoints = {int(e.node_id): int(e.port) for e in resp.node_endpoints}
     assert endpoints == {leader: cluster.brokers[leader].port}
+
+
+def test_deleting_and_growing_topics_reach_every_broker(cluster: Cluster) -> None:
+    from confluent_kafka.admin import NewPartitions
+
+    topic = f"life-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, partitions=2, rf=3)
+    admin = cluster.admin()
+    admin.create_partitions([NewPartitions(topic, 5)])[topic].result(30)
+    cluster.wait_healthy(topic, 5, 3)
+    wait_for(
+        "every broker hosting the new partitions",
+        lambda: all((b.log_dir / f"{topic}-{p}").is_dir() for b in cluster for p in range(5)),
+        30,
+    )
+    admin.delete_topics([topic], operation_timeout=30)[topic].result(30)
+
+    def gone_everywhere() -> bool:
+        return all(not list(b.log_dir.glob(f"{topic}-*")) for b in cluster) and (
+            topic not in cluster.admin().list_topics(timeout=5).topics
+        )
+
+    wait_for(f"{topic} deleted on every broker", gone_everywhere, 60)
+    # The name can be used again: a new topic, with a new id.
+    cluster.create_topic(topic, partitions=1, rf=3)
+    acked = _produce(cluster.bootstrap, topic, [b"again"], 1)
+    assert acked[b"again"] == (0, 0)
