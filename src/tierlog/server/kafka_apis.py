@@ -10,13 +10,14 @@ Not thread-safe: the event loop thread calls :meth:`KafkaApis.handle`.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import logging
 import types
 import typing
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -168,6 +169,8 @@ class KafkaApis:
         self.admin = admin
         #: The client address of the request being dispatched (JoinGroup's client_host).
         self.client_host = ""
+        #: Work a request started and does not wait for (auto-created topics), by name.
+        self._background: dict[str, asyncio.Future[None]] = {}
         from tierlog.server.handlers import HANDLERS
 
         self._handlers: dict[int, Handler] = dict(HANDLERS)
@@ -186,6 +189,17 @@ class KafkaApis:
         handler = self._handlers[ev.api_key]
         check_nulls(ev.request)
         return handler(self, ev)
+
+    def in_background(self, name: str, coro: Coroutine[Any, Any, None]) -> bool:
+        """Run ``coro`` in the background under ``name`` unless work of that name is already
+        running (then ``coro`` is closed unstarted); True when started."""
+        if name in self._background:
+            coro.close()
+            return False
+        task = asyncio.ensure_future(coro)
+        self._background[name] = task
+        task.add_done_callback(lambda _t: self._background.pop(name, None))
+        return True
 
     def supports(self, api_key: int) -> bool:
         return api_key in self._handlers
