@@ -30,6 +30,9 @@ from tierlog.errors import TierlogError
 from tierlog.log.file_handle_cache import file_handle_cache
 from tierlog.log.log_manager import LogManager
 from tierlog.protocol.api_versions import preload_schemas
+from tierlog.security.channel_builder import build_channel_builders
+from tierlog.security.credential_store import CredentialStore
+from tierlog.security.principal import ANONYMOUS, KafkaPrincipal
 from tierlog.server.group_coordinator import GroupCoordinator
 from tierlog.server.kafka_apis import BrokerEndpoint, KafkaApis
 from tierlog.server.kafka_config import KafkaConfig
@@ -70,6 +73,9 @@ class Broker:
         """
         c = self.config
         t0 = time.monotonic()
+        # TLS stores and JAAS first: a bad one stops the broker before any log is touched.
+        credentials = CredentialStore.in_log_dir(c.log_dirs[0])
+        channels = build_channel_builders(c, credentials)
         _budget_open_files(c.log_max_open_files)
         lm = LogManager(
             c.log_dirs,
@@ -125,7 +131,7 @@ class Broker:
         )
         self.server = server
         for e in c.listeners:
-            self.bound.append(await server.listen(e.host, e.port))
+            self.bound.append(await server.listen(e.host, e.port, channels[e.listener_name]))
         adv = c.advertised_listeners[0]
         port = adv.port or self.bound[0][1]
         host = adv.host or self.bound[0][0]
@@ -139,6 +145,7 @@ class Broker:
             endpoint=endpoint,
             cluster_id=lm.cluster_id,
             tiered=tiered,
+            credentials=credentials,
         )
         threading.Thread(target=_preload_schemas, name="preload-schemas", daemon=True).start()
         listening = ", ".join(f"{h}:{p}" for h, p in self.bound)
@@ -154,11 +161,11 @@ class Broker:
             ",".join(str(d) for d in c.log_dirs),
         )
 
-    def _handle(self, ev: Any, client_host: str) -> Any:
+    def _handle(self, ev: Any, client_host: str, principal: KafkaPrincipal = ANONYMOUS) -> Any:
         apis = self.apis
         if apis is None:  # connections accepted before wiring finished (cannot happen)
             raise RuntimeError("broker not started")
-        return apis.handle(ev, client_host)
+        return apis.handle(ev, client_host, principal)
 
     def request_stop(self) -> None:
         """Ask :meth:`serve_forever` to shut down (signal handlers call this)."""

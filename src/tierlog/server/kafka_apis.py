@@ -23,9 +23,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kio.index import load_response_schema
 
 from tierlog.errors import InvalidRequest
+from tierlog.security.principal import ANONYMOUS, KafkaPrincipal
 
 if TYPE_CHECKING:
     from tierlog.log.log_manager import LogManager
+    from tierlog.security.credential_store import CredentialStore
     from tierlog.server.group_coordinator import GroupCoordinator
     from tierlog.server.kafka_config import KafkaConfig
     from tierlog.server.producer_id_manager import ProducerIdManager
@@ -143,6 +145,7 @@ class KafkaApis:
         cluster_id: str,
         on_topics_changed: Callable[[str], None] | None = None,
         tiered: TieredStorage | None = None,
+        credentials: CredentialStore | None = None,
     ) -> None:
         self.config = config
         self.log_manager = log_manager
@@ -157,21 +160,29 @@ class KafkaApis:
         self.tiered = tiered
         #: The client address of the request being dispatched (JoinGroup's client_host).
         self.client_host = ""
+        #: The principal of the request being dispatched (``User:alice``; for the ACLs).
+        self.principal: KafkaPrincipal = ANONYMOUS
+        #: SCRAM credentials (AlterUserScramCredentials); None: the APIs answer with an error.
+        self.credentials = credentials
         from tierlog.server.handlers import HANDLERS
 
         self._handlers: dict[int, Handler] = dict(HANDLERS)
 
-    def handle(self, ev: Request, client_host: str = "") -> HandlerResult:
+    def handle(
+        self, ev: Request, client_host: str = "", principal: KafkaPrincipal = ANONYMOUS
+    ) -> HandlerResult:
         """The response (or awaitable, or None) for one request event.
 
-        ``client_host`` is the peer address; handlers read it as :attr:`client_host` before
-        their first await.
+        ``client_host`` is the peer address and ``principal`` who the connection authenticated
+        as; handlers read them as :attr:`client_host` and :attr:`principal` before their first
+        await.
 
         Raises:
             KeyError: no handler for the API key (the protocol layer only lets advertised
                 keys through, so this is a bug or a table mismatch).
         """
         self.client_host = client_host
+        self.principal = principal
         handler = self._handlers[ev.api_key]
         check_nulls(ev.request)
         return handler(self, ev)

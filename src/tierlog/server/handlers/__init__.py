@@ -6,7 +6,16 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from tierlog.server.handlers import admin, fetch, group, list_offsets, metadata, produce, producer
+from tierlog.server.handlers import (
+    admin,
+    fetch,
+    group,
+    list_offsets,
+    metadata,
+    produce,
+    producer,
+    security,
+)
 
 HANDLERS: Mapping[int, Callable[[Any, Any], Any]] = MappingProxyType(
     {
@@ -23,6 +32,7 @@ HANDLERS: Mapping[int, Callable[[Any, Any], Any]] = MappingProxyType(
         14: group.handle_sync_group,
         15: group.handle_describe_groups,
         16: group.handle_list_groups,
+        17: security.handle_sasl_handshake,
         18: metadata.handle_api_versions,
         19: admin.handle_create_topics,
         20: admin.handle_delete_topics,
@@ -30,9 +40,12 @@ HANDLERS: Mapping[int, Callable[[Any, Any], Any]] = MappingProxyType(
         22: producer.handle_init_producer_id,
         32: admin.handle_describe_configs,
         33: admin.handle_alter_configs,
+        36: security.handle_sasl_authenticate,
         37: admin.handle_create_partitions,
         42: group.handle_delete_groups,
         44: admin.handle_incremental_alter_configs,
+        50: security.handle_describe_user_scram_credentials,
+        51: security.handle_alter_user_scram_credentials,
         60: metadata.handle_describe_cluster,
     }
 )
