@@ -37,7 +37,7 @@ class Handler:
         self.fail = False
         self.gate: asyncio.Semaphore | None = None  # when set, Metadata waits for a release
 
-    def __call__(self, ev, host, principal=None):
+    def __call__(self, ev, host, principal=None, listener=None):
         self.calls += 1
         if self.fail:
             raise RuntimeError("handler bug")

@@ -149,6 +149,8 @@ class SaslServerAuthenticator:
         self.mechanism: str | None = None
         self._server: SaslServer | None = None
         self._session_end: float | None = None  # monotonic seconds; None: no expiry
+        #: Successful authentications so far (1: authenticated, more: re-authenticated).
+        self.completed = 0
 
     @property
     def authenticated(self) -> bool:
@@ -262,6 +264,7 @@ class SaslServerAuthenticator:
                     f"to {principal}",
                 )
             self.principal = principal
+            self.completed += 1
             self.state = SaslState.COMPLETE
             self._server = None
             if self.reauth_ms > 0:

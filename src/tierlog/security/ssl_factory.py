@@ -169,12 +169,15 @@ class SslFactory:
                         self._key(missing), f"listener {self.listener}: {missing} is not set"
                     )
                 pem = _pem_text(inline_key).encode() + b"\n" + _pem_text(inline_chain).encode()
+                self._check_pem_key(pem, key_password, "ssl.keystore.key")
                 with _private_file(pem) as path:
                     self._load_cert_chain(ctx, path, key_password, "ssl.keystore.key")
                 return
             if location is None:
                 raise self._no_keystore()
-            self._load_cert_chain(ctx, self._readable(location), key_password, "ssl.key.password")
+            path = self._readable(location)
+            self._check_pem_key(path.read_bytes(), key_password, "ssl.keystore.location")
+            self._load_cert_chain(ctx, path, key_password, "ssl.key.password")
             return
         # PKCS12
         if location is None:
@@ -182,6 +185,38 @@ class SslFactory:
         pem = self._pkcs12_to_pem(self._readable(location))
         with _private_file(pem) as path:
             self._load_cert_chain(ctx, path, None, "ssl.keystore.password")
+
+    def _check_pem_key(self, pem: bytes, password: Any, key_key: str) -> None:
+        """Open the private key of a PEM key store first, so that a wrong or missing
+        ``ssl.key.password`` is named as such (OpenSSL only says "PEM lib")."""
+        from cryptography.hazmat.primitives import serialization
+
+        start = pem.find(b"-----BEGIN ")
+        while start >= 0 and b"PRIVATE KEY-----" not in pem[start : pem.find(b"\n", start)]:
+            start = pem.find(b"-----BEGIN ", start + 1)
+        if start < 0:
+            raise ConfigError(
+                self._key(key_key), f"listener {self.listener}: no PEM private key found"
+            )
+        try:
+            serialization.load_pem_private_key(
+                pem[start:], None if password is None else str(password).encode()
+            )
+        except TypeError:
+            what = "is encrypted: set" if password is None else "is not encrypted: remove"
+            raise ConfigError(
+                self._key("ssl.key.password"),
+                f"listener {self.listener}: the private key {what} ssl.key.password",
+            ) from None
+        except ValueError:
+            if password is not None:
+                raise ConfigError(
+                    self._key("ssl.key.password"),
+                    f"listener {self.listener}: wrong password for the private key",
+                ) from None
+            raise ConfigError(
+                self._key(key_key), f"listener {self.listener}: the private key does not parse"
+            ) from None
 
     def _no_keystore(self) -> ConfigError:
         return ConfigError(

@@ -136,6 +136,7 @@ class Broker:
         port = adv.port or self.bound[0][1]
         host = adv.host or self.bound[0][0]
         endpoint = BrokerEndpoint(c.node_id, host, port)
+        endpoints = _listener_endpoints(c, self.bound)
         self.apis = KafkaApis(
             config=c,
             log_manager=lm,
@@ -146,6 +147,7 @@ class Broker:
             cluster_id=lm.cluster_id,
             tiered=tiered,
             credentials=credentials,
+            endpoints=endpoints,
         )
         threading.Thread(target=_preload_schemas, name="preload-schemas", daemon=True).start()
         listening = ", ".join(f"{h}:{p}" for h, p in self.bound)
@@ -161,11 +163,13 @@ class Broker:
             ",".join(str(d) for d in c.log_dirs),
         )
 
-    def _handle(self, ev: Any, client_host: str, principal: KafkaPrincipal = ANONYMOUS) -> Any:
+    def _handle(
+        self, ev: Any, client_host: str, principal: KafkaPrincipal = ANONYMOUS, listener: str = ""
+    ) -> Any:
         apis = self.apis
         if apis is None:  # connections accepted before wiring finished (cannot happen)
             raise RuntimeError("broker not started")
-        return apis.handle(ev, client_host, principal)
+        return apis.handle(ev, client_host, principal, listener)
 
     def request_stop(self) -> None:
         """Ask :meth:`serve_forever` to shut down (signal handlers call this)."""
@@ -210,6 +214,18 @@ class Broker:
         if self.log_manager is not None:
             await asyncio.to_thread(self.log_manager.shutdown)
         log.info("tierlog broker stopped cleanly in %.2fs", time.monotonic() - t0)
+
+
+def _listener_endpoints(c: KafkaConfig, bound: list[tuple[str, int]]) -> dict[str, BrokerEndpoint]:
+    """Each listener's advertised address (advertised.listeners of the same name, else the
+    bound address), so a client of one listener is never sent to another's port."""
+    bound_by_name = {e.listener_name: b for e, b in zip(c.listeners, bound, strict=True)}
+    out: dict[str, BrokerEndpoint] = {}
+    for e in c.listeners:
+        adv = next((a for a in c.advertised_listeners if a.listener_name == e.listener_name), e)
+        b_host, b_port = bound_by_name[e.listener_name]
+        out[e.listener_name] = BrokerEndpoint(c.node_id, adv.host or b_host, adv.port or b_port)
+    return out
 
 
 def _preload_schemas() -> None:

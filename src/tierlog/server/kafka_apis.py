@@ -16,7 +16,7 @@ import logging
 import types
 import typing
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -146,13 +146,19 @@ class KafkaApis:
         on_topics_changed: Callable[[str], None] | None = None,
         tiered: TieredStorage | None = None,
         credentials: CredentialStore | None = None,
+        endpoints: Mapping[str, BrokerEndpoint] | None = None,
     ) -> None:
         self.config = config
         self.log_manager = log_manager
         self.replica_manager = replica_manager
         self.group_coordinator = group_coordinator
         self.producer_id_manager = producer_id_manager
-        self.endpoint = endpoint
+        self._default_endpoint = endpoint
+        #: This node as each listener advertises it (Metadata answers with the address of the
+        #: listener the request came in on, as Kafka does).
+        self._endpoints = dict(endpoints or {})
+        #: The listener of the request being dispatched.
+        self.listener_name = ""
         self.cluster_id = cluster_id
         self.node_id = endpoint.node_id
         self._on_topics_changed = on_topics_changed
@@ -168,8 +174,17 @@ class KafkaApis:
 
         self._handlers: dict[int, Handler] = dict(HANDLERS)
 
+    @property
+    def endpoint(self) -> BrokerEndpoint:
+        """This node as the current request's listener advertises it."""
+        return self._endpoints.get(self.listener_name, self._default_endpoint)
+
     def handle(
-        self, ev: Request, client_host: str = "", principal: KafkaPrincipal = ANONYMOUS
+        self,
+        ev: Request,
+        client_host: str = "",
+        principal: KafkaPrincipal = ANONYMOUS,
+        listener_name: str = "",
     ) -> HandlerResult:
         """The response (or awaitable, or None) for one request event.
 
@@ -183,6 +198,7 @@ class KafkaApis:
         """
         self.client_host = client_host
         self.principal = principal
+        self.listener_name = listener_name
         handler = self._handlers[ev.api_key]
         check_nulls(ev.request)
         return handler(self, ev)

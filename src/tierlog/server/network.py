@@ -76,6 +76,7 @@ class KafkaConnection(asyncio.Protocol):
         self._server = server
         self._conn = ServerConnection(server.max_frame_size)
         self._channel = channel
+        self._listener = channel.listener if channel is not None else ""
         self._authenticator = channel.new_authenticator() if channel is not None else None
         if self._authenticator is not None and channel is not None:
             limit = channel.max_receive_size_before_auth
@@ -85,6 +86,7 @@ class KafkaConnection(asyncio.Protocol):
         self.principal: KafkaPrincipal = ANONYMOUS
         # A failed authentication's answer is on its way; nothing more is read.
         self._auth_failed = False
+        self._auth_completed = 0  # successful (re-)authentications seen
         self._transport: asyncio.Transport | None = None
         self._in_flight_bytes = 0
         self._reading_paused = False
@@ -143,6 +145,13 @@ class KafkaConnection(asyncio.Protocol):
             log.warning("closing TLS connection from %s: %s", self.peer, e)
             self._abort()
             return False
+        if self.principal != ANONYMOUS:
+            log.info(
+                "connection from %s on listener %s authenticated as %s (TLS client certificate)",
+                self.peer,
+                self._listener,
+                self.principal,
+            )
         return True
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -215,7 +224,7 @@ class KafkaConnection(asyncio.Protocol):
         if self._authenticator is not None and self._authenticate(ev):
             return
         try:
-            result = self._server.handle(ev, self.peer_host, self.principal)
+            result = self._server.handle(ev, self.peer_host, self.principal, self._listener)
         except CloseConnection as e:
             log.info("closing connection from %s: %s", self.peer, e)
             self._flush()  # the answers owed to earlier requests first
@@ -247,10 +256,18 @@ class KafkaConnection(asyncio.Protocol):
             self._abort_after_flush()
             return True
         assert isinstance(decision, Respond)
-        if auth.principal is not None and self.principal != auth.principal:
+        if auth.completed != self._auth_completed and auth.principal is not None:
+            self._auth_completed = auth.completed
             self.principal = auth.principal
             self._conn.max_frame_size = self._server.max_frame_size
-            log.debug("%s authenticated as %s (%s)", self.peer, auth.principal, auth.mechanism)
+            log.info(
+                "connection from %s on listener %s %s as %s (SASL %s)",
+                self.peer,
+                self._listener,
+                "authenticated" if auth.completed == 1 else "re-authenticated",
+                auth.principal,
+                auth.mechanism,
+            )
         if not decision.close:
             self._respond(ev, decision.response)
             return True
@@ -432,7 +449,7 @@ class SocketServer:
 
     def __init__(
         self,
-        handle: Callable[[Any, str, KafkaPrincipal], Any],
+        handle: Callable[[Any, str, KafkaPrincipal, str], Any],
         *,
         max_frame_size: int,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
