@@ -204,12 +204,14 @@ def test_mtls_principal_and_a_client_without_certificate(tmp_path: Path, pki: Pk
 
         # No client certificate: the TLS handshake fails (the client sees the alert).
         ctx = ssl.create_default_context(cafile=str(pki.ca))
-        with socket.create_connection(("127.0.0.1", b.ports["SSL"]), timeout=10) as raw:
-            with pytest.raises((ssl.SSLError, ConnectionResetError)):
-                with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
-                    tls.sendall(wire.encode(_api_versions(), 1))
-                    if not tls.recv(4):  # TLS 1.3: the alert arrives after the handshake
-                        raise ConnectionResetError("closed")
+        with (
+            socket.create_connection(("127.0.0.1", b.ports["SSL"]), timeout=10) as raw,
+            pytest.raises((ssl.SSLError, ConnectionResetError)),
+            ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+        ):
+            tls.sendall(wire.encode(_api_versions(), 1))
+            if not tls.recv(4):  # TLS 1.3: the alert arrives after the handshake
+                raise ConnectionResetError("closed")
         assert b.alive()
 
 
