@@ -648,3 +648,61 @@ def test_kip_368_reauthentication_and_expired_sessions(tmp_path: Path) -> None:
             assert delivered and all(e is None for e in delivered)
         finally:
             p.flush(5)
+
+
+def test_scram_credential_apis_follow_kafkas_checks(tmp_path: Path) -> None:
+    """AlterUserScramCredentials (51) and DescribeUserScramCredentials (50) error codes."""
+    with secure_broker(tmp_path / "b", {"PLAINTEXT": "PLAINTEXT"}) as b:
+        c = wire.WireClient(b.bootstrap_of("PLAINTEXT"))
+        alter_cls = wire.request_class(51, 0)
+        m = wire._module(alter_cls)
+        describe_cls = wire.request_class(50, 0)
+        dm = wire._module(describe_cls)
+
+        def upsert(name: str, mech: int = 1, iterations: int = 4096) -> Any:
+            return m.ScramCredentialUpsertion(
+                name=name, mechanism=mech, iterations=iterations, salt=b"s" * 16,
+                salted_password=b"p" * 32,
+            )  # fmt: skip
+
+        try:
+            resp = c.call(
+                alter_cls(
+                    deletions=(m.ScramCredentialDeletion(name="ghost", mechanism=1),),
+                    upsertions=(
+                        upsert("alice"),
+                        upsert("bob", iterations=100),
+                        upsert("carol", iterations=20_000),
+                        upsert("dave", mech=7),
+                        upsert("erin"),
+                        upsert("erin"),
+                        upsert(""),
+                    ),
+                )
+            )
+            codes = {r.user: (r.error_code, r.error_message) for r in resp.results}
+            assert codes == {
+                "ghost": (91, "Attempt to delete a user credential that does not exist"),
+                "alice": (0, None),
+                "bob": (93, "Too few iterations"),
+                "carol": (93, "Too many iterations"),
+                "dave": (33, "Unknown SCRAM mechanism"),
+                "erin": (92, "A user credential cannot be altered twice in the same request"),
+                "": (93, "Username must not be empty"),
+            }
+            resp = c.call(describe_cls(users=None))
+            assert [(r.user, [(i.mechanism, i.iterations) for i in r.credential_infos])
+                    for r in resp.results] == [("alice", [(1, 4096)])]  # fmt: skip
+            resp = c.call(
+                describe_cls(users=tuple(dm.UserName(name=n) for n in ("alice", "x", "x")))
+            )
+            assert [(r.user, r.error_code) for r in resp.results] == [
+                ("alice", 0),
+                ("x", 92),
+            ]
+            resp = c.call(describe_cls(users=(dm.UserName(name="nobody"),)))
+            assert resp.results[0].error_code == 91
+            # SaslHandshake on a listener without SASL: ILLEGAL_SASL_STATE (34)
+            assert c.call(_sasl_handshake("PLAIN")).error_code == 34
+        finally:
+            c.close()

@@ -122,13 +122,13 @@ def parse_jaas_config(text: str) -> tuple[AppConfigurationEntry, ...]:
                 break
             if quoted or name == "=":
                 raise JaasConfigError(f"login module {module}: expected an option name at {pos}")
-            if i + 2 >= len(toks):
-                raise JaasConfigError(f"login module {module}: option {name} has no value")
-            eq, eq_quoted, eq_pos = toks[i + 1]
+            eq, eq_quoted, eq_pos = toks[i + 1] if i + 1 < len(toks) else ("", False, -1)
             if eq != "=" or eq_quoted:
                 raise JaasConfigError(
                     f"login module {module}: expected '=' after option {name} at {eq_pos}"
                 )
+            if i + 2 >= len(toks):
+                raise JaasConfigError(f"login module {module}: option {name} has no value")
             value, value_quoted, _ = toks[i + 2]
             if not value_quoted and value in ("=", ";"):
                 raise JaasConfigError(f"login module {module}: option {name} has no value")

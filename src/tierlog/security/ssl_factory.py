@@ -322,6 +322,8 @@ class SslFactory:
                 ctx.load_verify_locations(cafile=str(location))
             else:
                 ctx.load_verify_locations(cadata=self._pkcs12_certificates(Path(location)))
+        except ConfigError:
+            raise
         except FileNotFoundError as e:
             raise ConfigError(self._key(key), f"cannot read {location}: {e.strerror}") from None
         except (ssl.SSLError, ValueError) as e:
