@@ -497,6 +497,8 @@ def test_sasl_ssl_scram_with_both_clients_and_plaintext_beside(tmp_path: Path, p
         }
         _kp_produce(external, "two-listeners", [b"kp"], **kp)
         assert _kp_consume(internal, "two-listeners", 11)[-1] == b"kp"
+        _aiokafka_send(external, pki, "two-listeners", b"aiokafka")
+        assert _kp_consume(internal, "two-listeners", 12)[-1] == b"aiokafka"
 
         # Metadata on each listener names that listener's port (a client is never sent to
         # the other one).
@@ -518,6 +520,31 @@ def test_sasl_ssl_scram_with_both_clients_and_plaintext_beside(tmp_path: Path, p
     finally:
         if b.alive():
             b.stop()
+
+
+def _aiokafka_send(bootstrap: str, pki: Pki, topic: str, value: bytes) -> None:
+    """One record with aiokafka over SASL_SSL, SCRAM-SHA-256 as alice."""
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.helpers import create_ssl_context
+
+    async def send() -> None:
+        p = AIOKafkaProducer(
+            bootstrap_servers=bootstrap,
+            security_protocol="SASL_SSL",
+            ssl_context=create_ssl_context(cafile=str(pki.ca)),
+            sasl_mechanism="SCRAM-SHA-256",
+            sasl_plain_username="alice",
+            sasl_plain_password="alice-pw",
+        )
+        await p.start()
+        try:
+            await p.send_and_wait(topic, value, partition=0)
+        finally:
+            await p.stop()
+
+    asyncio.run(send())
 
 
 def _sasl_handshake(mechanism: str) -> Any:

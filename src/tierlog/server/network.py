@@ -175,8 +175,11 @@ class KafkaConnection(asyncio.Protocol):
         if not self._closing:
             self._conn.receive_data(b"")
             self._pump()
-        # Keep the transport open until the answers already owed are written.
-        return True
+        # Keep the transport open until the answers already owed are written. asyncio's TLS
+        # transport cannot stay half-open (it closes after the peer's close_notify and warns
+        # when asked to keep it): there, answers still owed are dropped, as the client has
+        # closed its side of the TLS session.
+        return self._transport is None or self._transport.get_extra_info("ssl_object") is None
 
     def pause_writing(self) -> None:
         self._writing_paused = True
