@@ -253,3 +253,54 @@ def test_sasl_listener_bounds_frames_and_refuses_requests_before_authentication(
         return h.calls
 
     assert asyncio.run(main()) == 0
+
+
+def _fuzz_frames():
+    from hypothesis import strategies as st
+
+    from tierlog.protocol.api_versions import ADVERTISED
+
+    header = st.tuples(
+        st.sampled_from(sorted(ADVERTISED)), st.integers(-1, 20), st.integers(0, 2**31 - 1)
+    ).map(lambda t: struct.pack(">hhih", t[0], t[1], t[2], -1))
+    frame = st.tuples(header, st.binary(max_size=200)).map(
+        lambda hb: struct.pack(">i", len(hb[0]) + len(hb[1])) + hb[0] + hb[1]
+    )
+    return st.lists(st.one_of(frame, st.binary(min_size=1, max_size=64)), min_size=1, max_size=6)
+
+
+def test_fuzz_before_authentication_reaches_no_handler_and_kills_nothing():
+    """Random frames (real headers of advertised keys with random bodies, and raw bytes) on a
+    SASL listener: the handler sees at most ApiVersions, and a fresh client is still served."""
+    from hypothesis import given, settings
+    from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+
+    @settings(max_examples=40, deadline=None)
+    @given(_fuzz_frames())
+    def run(chunks):
+        async def main():
+            h = Handler()
+            server = SocketServer(h, max_frame_size=1 << 20)
+            _, port = await server.listen("127.0.0.1", 0, _sasl_channel())
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            for c in chunks:
+                writer.write(c)
+            writer.write_eof()
+            try:
+                await asyncio.wait_for(reader.read(), 10)
+            except ConnectionResetError:
+                pass
+            writer.close()
+            # the listener still answers a well-behaved client
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(encode(SaslHandshakeRequest(mechanism="PLAIN"), 1))
+            cid, resp = decode(await _read_frame(reader), 17, 1)
+            assert cid == 1 and resp.error_code == 0
+            writer.close()
+            await server.stop()
+            return h.seen
+
+        seen = asyncio.run(main())
+        assert all(key == 18 and p == "User:ANONYMOUS" for key, p, _ in seen), seen
+
+    run()
