@@ -64,6 +64,8 @@ ISSUE_3 = {
     "Heartbeat", "LeaveGroup", "OffsetCommit", "OffsetFetch", "ListGroups", "DescribeGroups",
     "DeleteGroups", "InitProducerId",
 }  # fmt: skip
+# issue 9: the cluster's (followers truncate by leader epoch; consumers validate positions)
+ISSUE_9 = {"OffsetForLeaderEpoch"}
 # issue 12: listener security
 ISSUE_12 = {
     "SaslHandshake", "SaslAuthenticate", "DescribeUserScramCredentials",
@@ -71,8 +73,8 @@ ISSUE_12 = {
 }  # fmt: skip
 
 
-def test_exactly_the_apis_of_issues_3_and_12() -> None:
-    assert {api_name(k) for k in ADVERTISED} == ISSUE_3 | ISSUE_12
+def test_exactly_the_apis_of_issues_3_9_and_12() -> None:
+    assert {api_name(k) for k in ADVERTISED} == ISSUE_3 | ISSUE_9 | ISSUE_12
     assert set(ADVERTISED) == set(ApiKey)
 
 

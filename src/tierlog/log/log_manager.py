@@ -125,6 +125,24 @@ def random_kafka_uuid() -> uuid.UUID:
             return u
 
 
+def new_cluster_id() -> str:
+    """A new cluster id: a random UUID in Kafka's base64 form (``kafka-storage random-uuid``)."""
+    return uuid_to_kafka_str(random_kafka_uuid())
+
+
+def stored_cluster_id(log_dirs: Iterable[Path]) -> str | None:
+    """The cluster id in the first readable ``meta.properties`` of ``log_dirs``, if any (a
+    broker proposes it when it finds no cluster in ZooKeeper)."""
+    for d in log_dirs:
+        try:
+            props = _parse_simple_properties((Path(d) / META_PROPERTIES_FILENAME).read_text())
+        except OSError:
+            continue
+        if props.get("cluster.id"):
+            return props["cluster.id"]
+    return None
+
+
 def validate_topic_name(name: str) -> None:
     """Kafka's ``Topic.validate``: 1..249 characters of ``[a-zA-Z0-9._-]``, not "." or "..".
 
@@ -190,6 +208,13 @@ class TopicInfo:
     topic_id: uuid.UUID
     num_partitions: int
     config: LogConfig
+    #: The partitions with a replica on this broker; None: all of them (a single node).
+    replicas: frozenset[int] | None = None
+
+    def hosts(self, partition: int) -> bool:
+        return 0 <= partition < self.num_partitions and (
+            self.replicas is None or partition in self.replicas
+        )
 
     @property
     def overrides(self) -> dict[str, str]:
@@ -571,6 +596,82 @@ class LogManager:
             self._drop_logs(name, range(info.num_partitions))
         self._wakeup.set()
 
+    def ensure_replica(
+        self,
+        name: str,
+        topic_id: uuid.UUID | None,
+        partition: int,
+        configs: Mapping[str, str],
+    ) -> Log:
+        """Host one partition of a cluster topic (the controller made this broker a
+        replica): its log, created when new. A local topic of the same name with another
+        id is an older incarnation (deleted and re-created while this broker was away): it
+        is deleted first.
+
+        Raises:
+            InvalidConfig: ``configs`` has an unknown key or a bad value.
+            KafkaStorageError: the partition dir cannot be created or opened.
+        """
+        with self._lock:
+            self._check_started()
+            info = self._topics.get(name)
+            if info is not None and topic_id is not None and info.topic_id != topic_id:
+                log.warning(
+                    "topic %s here has id %s, the cluster's has id %s: deleting the old one",
+                    name, uuid_to_kafka_str(info.topic_id), uuid_to_kafka_str(topic_id),
+                )  # fmt: skip
+                self.delete_topic(name)
+                info = None
+            if info is not None and info.hosts(partition):
+                lg = self.get_log(name, partition)
+                if lg is not None:
+                    return lg
+            if info is None:
+                new = TopicInfo(
+                    name,
+                    topic_id or random_kafka_uuid(),
+                    partition + 1,
+                    self._topic_config(configs),
+                    frozenset((partition,)),
+                )
+            else:
+                hosted = (info.replicas or frozenset(range(info.num_partitions))) | {partition}
+                new = TopicInfo(
+                    name,
+                    info.topic_id,
+                    max(info.num_partitions, partition + 1),
+                    info.config,
+                    hosted,
+                )
+            previous = dict(self._topics)
+            self._save_registry({**self._topics, name: new})
+            try:
+                self._open_new_logs(new, [partition])
+            except BaseException:
+                self._roll_back(name, [partition], previous)
+                raise
+            lg = self.get_log(name, partition)
+            assert lg is not None  # just created
+            return lg
+
+    def delete_replica(self, name: str, partition: int) -> None:
+        """Stop hosting one partition (the topic was deleted, or the replica moved away):
+        its dir is renamed for deletion; the last one deletes the topic (with a tombstone).
+        Nothing to do when it is not hosted."""
+        with self._lock:
+            self._check_started()
+            info = self._topics.get(name)
+            if info is None or not info.hosts(partition):
+                return
+            hosted = (info.replicas or frozenset(range(info.num_partitions))) - {partition}
+            if not hosted:
+                self.delete_topic(name)
+                return
+            new = TopicInfo(name, info.topic_id, info.num_partitions, info.config, hosted)
+            self._save_registry({**self._topics, name: new})
+            self._drop_logs(name, [partition])
+        self._wakeup.set()
+
     def _flush_partition_metadata(self, name: str, num_partitions: int) -> None:
         """Make the topic's ``partition.metadata`` files durable before its tombstone is.
 
@@ -617,7 +718,7 @@ class LogManager:
                 else:
                     new_overrides.pop(key, None)
             config = self._topic_config(new_overrides)
-            new = TopicInfo(name, info.topic_id, info.num_partitions, config)
+            new = TopicInfo(name, info.topic_id, info.num_partitions, config, info.replicas)
             self._save_registry({**self._topics, name: new})
             for p in range(info.num_partitions):
                 lg = self._logs.get((name, p))
@@ -725,9 +826,7 @@ class LogManager:
             raise InconsistentLogDirError(
                 f"the log dirs belong to different clusters: {', '.join(sorted(cluster_ids))}"
             )
-        self._cluster_id = (
-            cluster_ids.pop() if cluster_ids else uuid_to_kafka_str(random_kafka_uuid())
-        )
+        self._cluster_id = cluster_ids.pop() if cluster_ids else new_cluster_id()
         seen_dir_ids: set[uuid.UUID] = set()
         for d in self._log_dirs:
             props = stored.get(d, {})
@@ -808,11 +907,13 @@ class LogManager:
                     config = self._lenient_config(t.get("configs", {}))
                 try:
                     topic_id, partitions = kafka_str_to_uuid(t["topic_id"]), int(t["partitions"])
+                    hosted = t.get("replicas")
+                    replicas = None if hosted is None else frozenset(int(x) for x in hosted)
                 except (KeyError, TypeError, ValueError) as e:
                     # Its partition dirs are adopted below, with their partition.metadata ids.
                     log.error("malformed registry entry for topic %s: %r", name, e)
                     continue
-                topics[name] = TopicInfo(name, topic_id, partitions, config)
+                topics[name] = TopicInfo(name, topic_id, partitions, config, replicas)
             for s in best.get("deleted_topic_ids", []):
                 try:
                     deleted.add(kafka_str_to_uuid(s))
@@ -866,11 +967,13 @@ class LogManager:
         for name, info in sorted(topics.items()):
             cached = self._registry_lines.get(name)
             if cached is None or cached[0] is not info:
-                entry = {
+                entry: dict[str, Any] = {
                     "topic_id": uuid_to_kafka_str(info.topic_id),
                     "partitions": info.num_partitions,
                     "configs": info.overrides,
                 }
+                if info.replicas is not None:
+                    entry["replicas"] = sorted(info.replicas)
                 cached = (info, f"  {json.dumps(name)}: {json.dumps(entry)}")
             cache[name] = cached
             lines.append(cached[1])
@@ -924,7 +1027,7 @@ class LogManager:
                 # Vouched for by the marker (the topic id is checked when the log is opened);
                 # with tombstones, each dir's id is read to find a delete to finish.
                 vouched = clean and not self._deleted_ids
-                if vouched and info is not None and tp[1] < info.num_partitions:
+                if vouched and info is not None and info.hosts(tp[1]):
                     tp = (info.name, tp[1])  # one topic name string for its partitions
                     self._log_dir_of[tp] = d
                     state = (recovery.get(tp, 0), starts.get(tp))
@@ -951,11 +1054,15 @@ class LogManager:
                     continue
                 if info is None:
                     info = self._adopt(tp, stored_id)
-                elif tp[1] >= info.num_partitions:
+                elif not info.hosts(tp[1]):
                     log.warning(
-                        "%s is beyond topic %s's partition count; adopting it", entry, tp[0]
+                        "%s is not a partition of topic %s in the registry; adopting it",
+                        entry,
+                        tp[0],
                     )
-                    info = TopicInfo(info.name, info.topic_id, tp[1] + 1, info.config)
+                    replicas = None if info.replicas is None else info.replicas | {tp[1]}
+                    count = max(info.num_partitions, tp[1] + 1)
+                    info = TopicInfo(info.name, info.topic_id, count, info.config, replicas)
                     self._topics = {**self._topics, info.name: info}
                     self._registry_dirty = True
                 self._log_dir_of[tp] = d
@@ -969,7 +1076,7 @@ class LogManager:
         counts: dict[Path, int] | None = None
         for name, info in self._topics.items():
             for p in range(info.num_partitions):
-                if (name, p) not in self._log_dir_of:
+                if (name, p) not in self._log_dir_of and info.hosts(p):
                     if counts is None:
                         counts = self._partition_counts(self._log_dir_of)
                     d = self._next_log_dir(counts)

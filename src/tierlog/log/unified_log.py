@@ -475,6 +475,13 @@ class UnifiedLog(LocalLog):
             False,
         )
 
+    def assign_epoch_start_offset(self, epoch: int, start_offset: int) -> None:
+        """Record that ``epoch`` starts at ``start_offset`` (a new leader, at its log end
+        offset, before any batch of the epoch is written: Kafka's
+        ``maybeAssignEpochStartOffset``)."""
+        with self._lock:
+            self._assign_epoch(epoch, start_offset)
+
     def _assign_epoch(self, epoch: int, start_offset: int) -> None:
         self.leader_epoch_cache.assign(epoch, start_offset)
         self._latest_epoch = self.leader_epoch_cache.latest_epoch

@@ -234,11 +234,19 @@ class GroupCoordinator:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._locks: dict[int, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: The __consumer_offsets partitions this coordinator serves (None: all, a single
+        #: node); in a cluster those this broker leads, loaded on election.
+        self._owned: set[int] | None = None
+        self._loading: set[int] = set()
 
     # ================================================================== lifecycle
 
-    async def start(self) -> None:
+    async def start(self, *, cluster: bool = False) -> None:
         """Load every group and committed offset by replaying the store; then serve.
+
+        In a cluster (``cluster=True``) nothing is loaded here: a partition of
+        ``__consumer_offsets`` is loaded when this broker becomes its leader
+        (:meth:`on_election`) and dropped when it stops leading it (:meth:`on_resignation`).
 
         Raises:
             RuntimeError: called twice.
@@ -246,12 +254,63 @@ class GroupCoordinator:
         if self._status is not _Status.NEW:
             raise RuntimeError("GroupCoordinator.start() called twice")
         self._loop = asyncio.get_running_loop()
+        if cluster:
+            self._owned = set()
+            self._status = _Status.ACTIVE
+            return
         self._status = _Status.LOADING
         for partition in range(self._num_partitions):
             self._load_partition(partition)
             await asyncio.sleep(0)  # let other work run between partitions
         self._status = _Status.ACTIVE
         log.info("group coordinator loaded %d groups", len(self._groups))
+
+    def on_election(self, partition: int) -> None:
+        """This broker leads ``__consumer_offsets-<partition>`` (Kafka's onElection): replay
+        it; its groups answer COORDINATOR_LOAD_IN_PROGRESS meanwhile."""
+        if self._owned is None or partition in self._owned or partition in self._loading:
+            return
+        self._loading.add(partition)
+
+        async def load() -> None:
+            await asyncio.sleep(0)
+            try:
+                if partition in self._loading:
+                    self._load_partition(partition)
+                    self._owned.add(partition)  # type: ignore[union-attr]
+                    log.info("group coordinator: loaded __consumer_offsets-%d", partition)
+            finally:
+                self._loading.discard(partition)
+
+        self._spawn(load())
+
+    def on_resignation(self, partition: int) -> None:
+        """This broker no longer leads the partition (Kafka's onResignation): its groups are
+        dropped; parked joins and syncs get NOT_COORDINATOR and their clients look again."""
+        if self._owned is None:
+            return
+        self._loading.discard(partition)
+        if partition not in self._owned:
+            return
+        self._owned.discard(partition)
+        not_coordinator = NotCoordinator.error_code
+        for group_id in [g for g in self._groups if self.partition_for(g) == partition]:
+            group = self._groups.pop(group_id)
+            for timer in (group.join_timer, group.sync_timer, *group.pending_members.values()):
+                if timer is not None:
+                    timer.cancel()
+            group.join_timer = group.sync_timer = None
+            for member in group.all_members():
+                self._cancel_heartbeat(member)
+                group.maybe_invoke_join_callback(
+                    member, JoinResult(not_coordinator, member_id=member.member_id)
+                )
+                group.maybe_invoke_sync_callback(member, SyncResult(not_coordinator))
+        log.info("group coordinator: unloaded __consumer_offsets-%d", partition)
+
+    def owns(self, group_id: str) -> bool:
+        """Whether this coordinator serves ``group_id`` now."""
+        return self._owned is None or self.partition_for(group_id) in self._owned
 
     async def stop(self) -> None:
         """Stop serving: cancel timers, answer parked requests with NOT_COORDINATOR (clients
@@ -819,6 +878,8 @@ class GroupCoordinator:
             return InvalidGroupId.error_code
         if self._status is not _Status.ACTIVE:
             return CoordinatorNotAvailable.error_code if self._status is _Status.STOPPED else 0
+        if not self.owns(group_id):
+            return self._group_error(group_id, allow_empty=False)
         group = self._groups.get(group_id)
         if group is None:
             return UnknownMemberId.error_code
@@ -1132,9 +1193,20 @@ class GroupCoordinator:
     # ================================================================== helpers
 
     def _group_error(self, group_id: str, *, allow_empty: bool) -> int:
+        """Kafka's order: INVALID_GROUP_ID, COORDINATOR_NOT_AVAILABLE, then (in a cluster)
+        COORDINATOR_LOAD_IN_PROGRESS while its partition loads, NOT_COORDINATOR when another
+        broker leads it."""
         if not group_id and not allow_empty:
             return InvalidGroupId.error_code
-        return self.availability_error()
+        if err := self.availability_error():
+            return err
+        if self._owned is not None:
+            partition = self.partition_for(group_id)
+            if partition in self._loading:
+                return CoordinatorLoadInProgress.error_code
+            if partition not in self._owned:
+                return NotCoordinator.error_code
+        return 0
 
     def _new_group(self, group_id: str) -> GroupMetadata:
         group = GroupMetadata(group_id, self._time_ms)

@@ -26,6 +26,9 @@ from tierlog.errors import InvalidRequest
 from tierlog.security.principal import ANONYMOUS, KafkaPrincipal
 
 if TYPE_CHECKING:
+    from tierlog.cluster.controller import KafkaController
+    from tierlog.cluster.zk_admin import ZkAdminManager
+    from tierlog.cluster.zk_broker import ZkBroker
     from tierlog.log.log_manager import LogManager
     from tierlog.security.credential_store import CredentialStore
     from tierlog.server.group_coordinator import GroupCoordinator
@@ -145,6 +148,9 @@ class KafkaApis:
         cluster_id: str,
         on_topics_changed: Callable[[str], None] | None = None,
         tiered: TieredStorage | None = None,
+        cluster: ZkBroker | None = None,
+        controller: KafkaController | None = None,
+        admin: ZkAdminManager | None = None,
         credentials: CredentialStore | None = None,
         endpoints: Mapping[str, BrokerEndpoint] | None = None,
     ) -> None:
@@ -164,6 +170,10 @@ class KafkaApis:
         self._on_topics_changed = on_topics_changed
         #: Tiered storage (None when remote.log.storage.system.enable=false).
         self.tiered = tiered
+        #: The cluster (None: a single node, which is every partition's only replica).
+        self.cluster = cluster
+        self.controller = controller
+        self.admin = admin
         #: The client address of the request being dispatched (JoinGroup's client_host).
         self.client_host = ""
         #: The principal of the request being dispatched (``User:alice``; for the ACLs).
@@ -216,8 +226,48 @@ class KafkaApis:
             self._on_topics_changed(name)
 
     def topic_name_for_id(self, topic_id: uuid.UUID) -> str | None:
+        if self.cluster is not None:
+            return self.cluster.metadata.topic_name(topic_id)
         info = self.log_manager.topic_by_id(topic_id)
         return None if info is None else str(info.name)
+
+    def broker_endpoint(self, broker_id: int) -> BrokerEndpoint | None:
+        """A live broker's address for clients: the other broker's listener of the same name
+        as the one the request came in on (else this broker's first advertised listener's)."""
+        if self.cluster is None:
+            return self.endpoint if broker_id == self.node_id else None
+        info = self.cluster.metadata.brokers.get(broker_id)
+        if info is None:
+            return None
+        listener = self.listener_name or self.config.advertised_listeners[0].listener_name
+        ep = info.endpoint(listener) or (info.endpoints[0] if info.endpoints else None)
+        if ep is None:
+            return None
+        return BrokerEndpoint(broker_id, ep.host, ep.port, info.rack)
+
+    def alive_brokers(self) -> list[BrokerEndpoint]:
+        if self.cluster is None:
+            return [self.endpoint]
+        out = []
+        for b in self.cluster.metadata.alive_broker_ids():
+            e = self.broker_endpoint(b)
+            if e is not None:
+                out.append(e)
+        return out
+
+    @property
+    def controller_id(self) -> int:
+        if self.cluster is None:
+            return self.node_id
+        c = self.cluster.metadata.controller_id
+        return -1 if c is None else c
+
+    def current_leader(self, topic: str, partition: int) -> tuple[int, int] | None:
+        """(leader id, leader epoch) of a partition, for KIP-951's ``current_leader``."""
+        if self.cluster is not None:
+            return self.cluster.metadata.leader(topic, partition)
+        p = self.replica_manager.get_partition(topic, partition)
+        return None if p is None else (self.node_id, p.leader_epoch)
 
 
 AsyncResult = Awaitable[Any]

@@ -199,12 +199,48 @@ _BROKER_ONLY: tuple[BrokerConfigDef, ...] = (
     _d("socket.receive.buffer.bytes", "int", 102_400, None, "SO_RCVBUF; -1: the OS default."),
     _ignored("num.network.threads", "int", 3, _min(1), "one asyncio loop serves all sockets"),
     _d("num.io.threads", "int", 8, _min(1), "Threads of the pool that runs blocking log I/O."),
+    # --- the cluster (ZooKeeper mode; without zookeeper.connect a single node)
+    _d("zookeeper.connect", "string", None, None,
+       "ZooKeeper ensemble host:port[,host:port...][/chroot]; unset: a single node."),
+    _d("zookeeper.session.timeout.ms", "int", 18_000, _min(1), "ZooKeeper session timeout."),
+    _d("zookeeper.connection.timeout.ms", "int", None, _min(1),
+       "Longest wait for the first ZooKeeper connection (default: the session timeout)."),
+    _ignored("zookeeper.max.in.flight.requests", "int", 10, _min(1), "kazoo pipelines freely"),
+    _ignored("zookeeper.set.acl", "boolean", False, None, "no ZooKeeper ACLs yet"),
+    _d("broker.rack", "string", None, None, "Rack of this broker (rack-aware assignment)."),
+    _d("replica.lag.time.max.ms", "long", 30_000, _min(1),
+       "A follower that has not caught up for this long leaves the ISR."),
+    _d("replica.fetch.max.bytes", "int", 1_048_576, _min(0),
+       "Bytes a follower fetches per partition per request."),
+    _d("replica.fetch.response.max.bytes", "int", 10_485_760, _min(0),
+       "Bytes a follower fetches per request."),
+    _d("replica.fetch.wait.max.ms", "int", 500, _min(0), "Long-poll wait of follower fetches."),
+    _d("replica.fetch.min.bytes", "int", 1, _min(1), "min_bytes of follower fetches."),
+    _d("replica.fetch.backoff.ms", "int", 1000, _min(0),
+       "Wait of a follower after a failed fetch before the next."),
+    _d("num.replica.fetchers", "int", 1, _min(1),
+       "Fetcher tasks per source broker (partitions are hashed over them)."),
+    _d("replica.high.watermark.checkpoint.interval.ms", "long", 5000, _min(1),
+       "How often replication-offset-checkpoint is written."),
+    _d("controlled.shutdown.enable", "boolean", True, None,
+       "On SIGTERM, move leadership away before stopping."),
+    _d("controlled.shutdown.max.retries", "int", 3, _min(0),
+       "Attempts of a controlled shutdown before shutting down anyway."),
+    _d("controlled.shutdown.retry.backoff.ms", "long", 5000, _min(0),
+       "Wait between controlled shutdown attempts."),
+    _d("auto.leader.rebalance.enable", "boolean", True, None,
+       "The controller moves leadership back to preferred replicas."),
+    _d("leader.imbalance.check.interval.seconds", "long", 300, _min(1),
+       "How often the controller checks the leader imbalance."),
+    _d("leader.imbalance.per.broker.percentage", "int", 10, _between(0, 100),
+       "Imbalance (percent of a broker's preferred partitions led elsewhere) that triggers "
+       "preferred-leader elections."),
     # --- topics and logs
     _d("log.dirs", "list", None, None, "Log directories (comma separated); wins over log.dir."),
     _d("log.dir", "string", "./data/logs", None, "The log directory when log.dirs is not set."),
     _d("num.partitions", "int", 1, _min(1), "Partitions of auto-created topics."),
     _d("default.replication.factor", "int", 1, _min(1),
-       "Replication factor of auto-created topics (single node: 1)."),
+       "Replication factor of topics created without one (CreateTopics -1, auto-creation)."),
     _d("auto.create.topics.enable", "boolean", True, None, "Create unknown topics on Metadata."),
     _d("delete.topic.enable", "boolean", True, None, "Allow DeleteTopics."),
     _d("log.max.open.files", "int", -1, _between(-1, 2**31 - 1),
@@ -248,7 +284,8 @@ _BROKER_ONLY: tuple[BrokerConfigDef, ...] = (
     _d("group.max.session.timeout.ms", "int", 1_800_000, _min(0), "Largest session timeout."),
     _d("offsets.topic.num.partitions", "int", 50, _min(1),
        "Partitions of __consumer_offsets (fixed once created)."),
-    _ignored("offsets.topic.replication.factor", "short", 3, _min(1), _SINGLE),
+    _d("offsets.topic.replication.factor", "short", 3, _min(1),
+       "Replication factor of __consumer_offsets (capped by the live brokers when created)."),
     _d("offsets.topic.segment.bytes", "int", 104_857_600, _min(1),
        "segment.bytes of __consumer_offsets."),
     _d("offsets.retention.minutes", "int", 10_080, _min(1),
@@ -596,6 +633,39 @@ class KafkaConfig:
             "remote.log.manager.task.retry.jitter"
         )
         self.metrics_port: int | None = get("metrics.port")
+
+        # the cluster
+        self.zookeeper_connect: str | None = get("zookeeper.connect")
+        self.zookeeper_session_timeout_ms: int = get("zookeeper.session.timeout.ms")
+        timeout = get("zookeeper.connection.timeout.ms")
+        self.zookeeper_connection_timeout_ms: int = (
+            self.zookeeper_session_timeout_ms if timeout is None else timeout
+        )
+        self.broker_rack: str | None = get("broker.rack")
+        self.inter_broker_listener_name: str = (
+            ibl.upper() if ibl is not None else self.listeners[0].listener_name
+        )
+        self.offsets_topic_replication_factor: int = get("offsets.topic.replication.factor")
+        self.replica_lag_time_max_ms: int = get("replica.lag.time.max.ms")
+        self.replica_fetch_max_bytes: int = get("replica.fetch.max.bytes")
+        self.replica_fetch_response_max_bytes: int = get("replica.fetch.response.max.bytes")
+        self.replica_fetch_wait_max_ms: int = get("replica.fetch.wait.max.ms")
+        self.replica_fetch_min_bytes: int = get("replica.fetch.min.bytes")
+        self.replica_fetch_backoff_ms: int = get("replica.fetch.backoff.ms")
+        self.num_replica_fetchers: int = get("num.replica.fetchers")
+        self.replica_high_watermark_checkpoint_interval_ms: int = get(
+            "replica.high.watermark.checkpoint.interval.ms"
+        )
+        self.controlled_shutdown_enable: bool = get("controlled.shutdown.enable")
+        self.controlled_shutdown_max_retries: int = get("controlled.shutdown.max.retries")
+        self.controlled_shutdown_retry_backoff_ms: int = get("controlled.shutdown.retry.backoff.ms")
+        self.auto_leader_rebalance_enable: bool = get("auto.leader.rebalance.enable")
+        self.leader_imbalance_check_interval_seconds: int = get(
+            "leader.imbalance.check.interval.seconds"
+        )
+        self.leader_imbalance_per_broker_percentage: int = get(
+            "leader.imbalance.per.broker.percentage"
+        )
 
         try:
             self._log_config = LogConfig.from_broker(self._synonym_props())

@@ -14,6 +14,7 @@ from tierlog.server.handlers import (
     metadata,
     produce,
     producer,
+    replication,
     security,
 )
 
@@ -38,6 +39,7 @@ HANDLERS: Mapping[int, Callable[[Any, Any], Any]] = MappingProxyType(
         20: admin.handle_delete_topics,
         21: admin.handle_delete_records,
         22: producer.handle_init_producer_id,
+        23: replication.handle_offset_for_leader_epoch,
         32: admin.handle_describe_configs,
         33: admin.handle_alter_configs,
         36: security.handle_sasl_authenticate,

@@ -2,9 +2,10 @@
 DescribeConfigs (32), AlterConfigs (33) and IncrementalAlterConfigs (44).
 
 Single node: the replication factor must be 1 (or -1 for the default), manual assignments
-may only name this node. Topic configs are described in full (every config with its value,
-source and, on request, synonyms and documentation); the broker resource lists the broker's
-static configs, which are read-only.
+may only name this node. In a cluster, CreateTopics, DeleteTopics and CreatePartitions go
+through ZooKeeper (:mod:`tierlog.server.handlers.cluster_admin`). Topic configs are described
+in full (every config with its value, source and, on request, synonyms and documentation);
+the broker resource lists the broker's static configs, which are read-only.
 """
 
 from __future__ import annotations
@@ -129,6 +130,10 @@ def _create_failed(res: dict[str, Any], e: ApiError | ConfigError) -> None:
 
 
 def handle_create_topics(apis: KafkaApis, ev: Request) -> Any:
+    if apis.admin is not None:
+        from tierlog.server.handlers.cluster_admin import create_topics_in_cluster
+
+        return create_topics_in_cluster(apis, ev)
     req = ev.request
     lm = apis.log_manager
     validate_only = bool(getattr(req, "validate_only", False))
@@ -210,6 +215,10 @@ def handle_create_topics(apis: KafkaApis, ev: Request) -> Any:
 
 
 def handle_delete_topics(apis: KafkaApis, ev: Request) -> Any:
+    if apis.admin is not None:
+        from tierlog.server.handlers.cluster_admin import delete_topics_in_cluster
+
+        return delete_topics_in_cluster(apis, ev)
     req = ev.request
     lm = apis.log_manager
     wanted: list[tuple[str | None, Any]] = []
@@ -254,6 +263,10 @@ def handle_delete_topics(apis: KafkaApis, ev: Request) -> Any:
 
 
 def handle_create_partitions(apis: KafkaApis, ev: Request) -> Any:
+    if apis.admin is not None:
+        from tierlog.server.handlers.cluster_admin import create_partitions_in_cluster
+
+        return create_partitions_in_cluster(apis, ev)
     req = ev.request
     lm = apis.log_manager
     validate_only = bool(getattr(req, "validate_only", False))

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from tierlog.errors import CoordinatorNotAvailable, InvalidRequest
 from tierlog.server.handlers._build import build
 from tierlog.server.kafka_apis import response_class
+from tierlog.server.offset_store import ensure_offsets_topic_in_cluster
+from tierlog.server.replica_manager import GROUP_METADATA_TOPIC_NAME
 
 if TYPE_CHECKING:
     from tierlog.server.group_coordinator import GroupCoordinator
@@ -94,6 +96,8 @@ def handle_find_coordinator(apis: KafkaApis, ev: Request) -> Any:
                 "error_code": CoordinatorNotAvailable.error_code,
                 "error_message": None,
             }
+        if apis.cluster is not None:
+            return _cluster_coordinator(apis, key)
         return {
             "key": key,
             "node_id": e.node_id,
@@ -107,6 +111,37 @@ def handle_find_coordinator(apis: KafkaApis, ev: Request) -> Any:
         coordinators = [answer(k) for k in req.coordinator_keys]
         return build(cls, {"throttle_time": 0, "coordinators": coordinators})
     return build(cls, {"throttle_time": 0, **answer(req.key)})
+
+
+def _cluster_coordinator(apis: KafkaApis, key: str) -> dict[str, Any]:
+    """The leader of the group's ``__consumer_offsets`` partition (Kafka's FindCoordinator in
+    a cluster); COORDINATOR_NOT_AVAILABLE while the topic is being created or the partition
+    has no live leader (the client asks again)."""
+    assert apis.cluster is not None and apis.group_coordinator is not None
+    unavailable = {
+        "key": key,
+        "node_id": -1,
+        "host": "",
+        "port": -1,
+        "error_code": CoordinatorNotAvailable.error_code,
+        "error_message": None,
+    }
+    md = apis.cluster.metadata
+    if md.topic(GROUP_METADATA_TOPIC_NAME) is None:
+        ensure_offsets_topic_in_cluster(apis)
+        return unavailable
+    leader = md.leader(GROUP_METADATA_TOPIC_NAME, apis.group_coordinator.partition_for(key))
+    endpoint = apis.broker_endpoint(leader[0]) if leader is not None else None
+    if endpoint is None:
+        return unavailable
+    return {
+        "key": key,
+        "node_id": endpoint.node_id,
+        "host": endpoint.host,
+        "port": endpoint.port,
+        "error_code": 0,
+        "error_message": None,
+    }
 
 
 # --------------------------------------------------------------------------- membership
