@@ -376,6 +376,12 @@ class ReplicaManager:
                 return self._append_failed(checked, e)
         return self._appended(checked, info)
 
+    def must_wait_for_acks(self, topic: str, index: int, result: ProducePartitionResult) -> bool:
+        """Whether an acks=all append must wait: the high watermark has not passed it yet
+        (never on a single node, where it moves with the append)."""
+        p = self._partitions.get((topic, index))
+        return p is not None and p.log.high_watermark <= result.last_offset
+
     async def wait_for_acks(
         self, topic: str, index: int, result: ProducePartitionResult, timeout_ms: int
     ) -> ProducePartitionResult:
