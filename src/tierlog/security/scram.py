@@ -258,7 +258,7 @@ class ScramSaslServer:
         attrs = _attributes(bare)
         if len(attrs) < 2 or attrs[0][0] != "n" or attrs[1][0] != "r" or not attrs[1][1]:
             raise SaslError("invalid SCRAM client-first message")
-        if attrs[0][1].startswith("m") or any(k == "m" for k, _ in attrs):
+        if any(k == "m" for k, _ in attrs):
             raise SaslError("mandatory SCRAM extensions are not supported")
         username = _decode_saslname(attrs[0][1])
         if authzid and (not authzid.startswith("a=") or _decode_saslname(authzid[2:]) != username):
