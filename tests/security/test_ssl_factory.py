@@ -66,6 +66,17 @@ def test_pkcs12_keystore_server_auth(pki: Pki) -> None:
     assert _handshake(ctx, pki, client_cert=False) == "None"  # no client certificate asked
 
 
+def test_jks_type_reads_pkcs12_files_as_java_does(pki: Pki) -> None:
+    ctx = _context(
+        ssl_keystore_location=str(pki.server_p12),  # ssl.keystore.type left at JKS
+        ssl_keystore_password=KEYSTORE_PASSWORD,
+        ssl_client_auth="required",
+        ssl_truststore_location=str(pki.truststore_p12),
+        ssl_truststore_password=KEYSTORE_PASSWORD,
+    )
+    assert "alice" in _handshake(ctx, pki, client_cert=True)
+
+
 def test_pem_keystore_pkcs12_truststore_mtls(pki: Pki) -> None:
     ctx = _context(
         ssl_keystore_type="PEM",
@@ -92,7 +103,7 @@ def test_pem_keystore_pkcs12_truststore_mtls(pki: Pki) -> None:
             "ssl.keystore.password",
             "wrong password",
         ),
-        ({"ssl.keystore.type": "JKS"}, "ssl.keystore.type", "JKS key stores are not readable"),
+        ({"ssl.keystore.type": "JKS", "@jks": "1"}, "ssl.keystore.type", "is a JKS store"),
         ({"ssl.keystore.type": "PEM", "@pem": "1"}, "ssl.key.password", "is encrypted"),
         (
             {"ssl.keystore.type": "PEM", "@pem": "1", "ssl.key.password": "bad"},
@@ -141,6 +152,9 @@ def test_pem_keystore_pkcs12_truststore_mtls(pki: Pki) -> None:
 def test_errors_name_the_key(pki: Pki, props: dict[str, str], key: str, needle: str) -> None:
     props = dict(props)
     location = pki.server_pem_encrypted if props.pop("@pem", None) else pki.server_p12
+    if props.pop("@jks", None):
+        location = Path(str(pki.server_p12) + ".jks")
+        location.write_bytes(b"\xfe\xed\xfe\xed" + b"\0" * 64)
     if props.pop("@loc", None) or (
         props.pop("@none", None) is None and "ssl.keystore.key" not in props
     ):

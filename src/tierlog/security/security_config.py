@@ -71,8 +71,8 @@ def _mechanisms(v: Any) -> str | None:
 SECURITY_CONFIGS: tuple[BrokerConfigDef, ...] = (
     # --- TLS (Kafka's SslConfigs and BrokerSecurityConfigs)
     define("ssl.keystore.type", "string", "JKS", one_of("JKS", "PKCS12", "PEM"),
-           "Format of the key store: PKCS12 or PEM (JKS is Kafka's default but not readable "
-           "here: convert it with keytool -importkeystore -deststoretype pkcs12)."),
+           "Format of the key store: PKCS12 or PEM. JKS, Kafka's default, reads PKCS12 files "
+           "(as Java 9+ does); real JKS files must be converted to PKCS12 with keytool."),
     define("ssl.keystore.location", "string", None, None,
            "The key store file: PKCS12, or for PEM one file with the private key and the "
            "certificate chain."),

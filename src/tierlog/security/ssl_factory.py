@@ -10,6 +10,8 @@ Key store (the broker's key and certificate chain), by ``ssl.keystore.type``:
 * ``PKCS12``: ``ssl.keystore.location`` with ``ssl.keystore.password`` (the key is taken with
   the same password, as Java's keytool writes it, or with ``ssl.key.password`` when that is
   the one that opens it).
+* ``JKS`` (Kafka's default): a PKCS12 file is read as such, as Java 9+ reads it; a real JKS
+  file is refused with the keytool command that converts it.
 
 Trust store (the CAs client certificates must chain to), by ``ssl.truststore.type``: PEM
 (``ssl.truststore.location`` or inline ``ssl.truststore.certificates``) or PKCS12 with
@@ -45,6 +47,7 @@ from tierlog.security.security_config import ListenerConfigs
 
 __all__ = ["SslFactory"]
 
+_JKS_MAGIC = b"\xfe\xed\xfe\xed"
 _VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 _CLIENT_AUTH = {
     "none": ssl.CERT_NONE,
@@ -140,11 +143,7 @@ class SslFactory:
         inline_chain = self._get("ssl.keystore.certificate.chain")
         key_password = self._get("ssl.key.password")
         if store_type == "JKS":
-            raise ConfigError(
-                self._key("ssl.keystore.type"),
-                f"listener {self.listener}: JKS key stores are not readable by tierlog; use "
-                "PKCS12 (keytool -importkeystore -deststoretype pkcs12) or PEM",
-            )
+            store_type = self._jks_as_pkcs12("ssl.keystore", location)
         if store_type == "PEM":
             if self._get("ssl.keystore.password") is not None:
                 raise ConfigError(
@@ -217,6 +216,28 @@ class SslFactory:
             raise ConfigError(
                 self._key(key_key), f"listener {self.listener}: the private key does not parse"
             ) from None
+
+    def _jks_as_pkcs12(self, prefix: str, location: Any) -> str:
+        """``JKS`` (Kafka's default type) naming a PKCS12 file is read as PKCS12, as Java 9+
+        does (``keystore.type.compat``); a real JKS file is refused with the way out.
+
+        Raises:
+            ConfigError: the file is a JKS store.
+        """
+        if location is not None:
+            try:
+                with open(location, "rb") as f:
+                    magic = f.read(4)
+            except OSError:
+                return "PKCS12"  # the read that follows names the missing file
+            if magic == _JKS_MAGIC:
+                raise ConfigError(
+                    self._key(f"{prefix}.type"),
+                    f"listener {self.listener}: {location} is a JKS store, which tierlog cannot "
+                    "read; convert it: keytool -importkeystore -srckeystore "
+                    f"{location} -destkeystore store.p12 -deststoretype pkcs12",
+                )
+        return "PKCS12"
 
     def _no_keystore(self) -> ConfigError:
         return ConfigError(
@@ -309,12 +330,8 @@ class SslFactory:
             ctx.load_default_certs(ssl.Purpose.CLIENT_AUTH)
             return
         key = "ssl.truststore.location" if location is not None else "ssl.truststore.certificates"
-        if store_type == "JKS":
-            raise ConfigError(
-                self._key("ssl.truststore.type"),
-                f"listener {self.listener}: JKS trust stores are not readable by tierlog; use "
-                "PKCS12 or PEM",
-            )
+        if store_type == "JKS" and inline is None:
+            store_type = self._jks_as_pkcs12("ssl.truststore", location)
         try:
             if inline is not None:
                 ctx.load_verify_locations(cadata=_pem_text(inline))
