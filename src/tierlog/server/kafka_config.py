@@ -6,10 +6,13 @@ Sources, later wins: the built-in defaults, a properties file (``--config``), th
 parse or validate raises :class:`~tierlog.errors.ConfigError` naming the key (Kafka only logs
 unknown keys; a typo that silently keeps a default is worse than a refusal to start).
 
-Known keys, in four groups:
+Known keys, in five groups:
 
 * the broker keys in :data:`BROKER_CONFIGS` (``listeners``, ``log.dirs``, ``num.partitions`` ...)
-  — each documented as used by tierlog or accepted for compatibility and ignored;
+  — each documented as used by tierlog or accepted for compatibility and ignored; the TLS and
+  SASL keys among them come from :mod:`tierlog.security.security_config`;
+* those ``ssl.*`` and ``sasl.*`` keys for one listener, ``listener.name.<listener>.<key>``, and
+  ``listener.name.<listener>.<mechanism>.sasl.jaas.config`` (:attr:`KafkaConfig.listener_security`);
 * every broker-level synonym of a topic config (``log.segment.bytes`` → ``segment.bytes``, the
   table :data:`~tierlog.log.log_config.BROKER_SYNONYMS`), which feed :meth:`KafkaConfig.log_config`;
 * ``log.retention.hours/minutes``, ``log.roll.hours``, ``log.roll.jitter.hours``, folded into the
