@@ -249,6 +249,11 @@ class InvalidReplicaAssignment(ApiError):
     description = "Replica assignment is invalid."
 
 
+class NoReassignmentInProgress(ApiError):
+    error_code = 85
+    description = "No partition reassignment is in progress."
+
+
 class InvalidRequest(ApiError):
     error_code = 42
     description = (

@@ -21,15 +21,10 @@ from tests.cluster.conftest import (
     expire_session,
     wait_until,
 )
-from tierlog.cluster import (
-    BrokerEndPoint,
-    BrokerInfo,
-    ControllerMovedError,
-    KafkaZkClient,
-    PartitionState,
-    TopicAssignment,
-)
 from tierlog.cluster import zk_data as zd
+from tierlog.cluster.kafka_zk_client import KafkaZkClient
+from tierlog.cluster.zk_data import BrokerEndPoint, BrokerInfo, PartitionState, TopicAssignment
+from tierlog.cluster.zookeeper_client import ControllerMovedError
 from tierlog.errors import TopicAlreadyExists, ZooKeeperClientError
 
 

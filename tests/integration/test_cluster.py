@@ -228,3 +228,71 @@ def test_topics_describe_shows_leader_replicas_and_isr(cluster: Cluster, tmp_pat
         assert f"Leader: {meta.leader}" in line
         assert "Replicas: " + ",".join(map(str, meta.replicas)) in line
         assert "Isr: " + ",".join(map(str, meta.isrs)) in line
+
+
+def test_elect_leaders_moves_leadership_back_to_the_preferred_replica(cluster: Cluster) -> None:
+    from confluent_kafka import ElectionType, TopicPartition
+
+    topic = f"elect-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, partitions=1, rf=3)
+    preferred = cluster.partitions(topic)[0].replicas[0]
+    assert cluster.leader(topic, 0) == preferred
+    cluster.brokers[preferred].kill()
+    wait_for(
+        "another leader",
+        lambda: cluster.leader(topic, 0) not in (-1, preferred),
+        SESSION_TIMEOUT_MS / 1000 + 30,
+    )
+    cluster.brokers[preferred].start()
+    cluster.wait_healthy(topic, 1, 3)
+    admin = cluster.admin()
+    result = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)]).result(60)
+    # 0: elected now; ELECTION_NOT_NEEDED: the periodic rebalance (5 s here) got there first.
+    error = result[TopicPartition(topic, 0)]
+    assert error is None or error.code() == 84, error
+    assert cluster.leader(topic, 0) == preferred
+
+
+def test_reassignment_moves_a_replica_and_drops_the_old_copy(cluster: Cluster) -> None:
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KTopicPartition
+
+    topic = f"move-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, partitions=1, rf=2)
+    before = list(cluster.partitions(topic)[0].replicas)
+    leaving = before[-1]
+    joining = next(b for b in (1, 2, 3) if b not in before)
+    target = [before[0], joining]
+    acked = _produce(cluster.bootstrap, topic, [f"m{i}".encode() for i in range(2000)], 1)
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    try:
+        admin.alter_partition_reassignments({KTopicPartition(topic, 0): target})
+
+        def moved() -> bool:
+            p = cluster.partitions(topic)[0]
+            ongoing = admin.list_partition_reassignments([KTopicPartition(topic, 0)])
+            return list(p.replicas) == target and sorted(p.isrs) == sorted(target) and not ongoing
+
+        wait_for("the reassignment to finish", moved, 90)
+    finally:
+        admin.close()
+    # The new replica has every record; the old one's copy is gone from its log dir.
+    wait_for(
+        "the leaving replica's copy deleted",
+        lambda: not (cluster.brokers[leaving].log_dir / f"{topic}-0").exists(),
+        60,
+    )
+    got = _consume_all(cluster.bootstrap, topic, 1, len(acked))[0]
+    assert [o for o, _ in got] == list(range(len(acked)))
+    _assert_replicas_identical_on(cluster, topic, 0, target)
+
+
+def _assert_replicas_identical_on(cluster: Cluster, topic: str, p: int, brokers: list[int]) -> None:
+    def same() -> bool:
+        datas = set()
+        for b in brokers:
+            d = cluster.brokers[b].log_dir / f"{topic}-{p}"
+            datas.add(b"".join(f.read_bytes() for f in sorted(d.glob("*.log"))))
+        return len(datas) == 1
+
+    wait_for(f"{topic}-{p}: identical on {brokers}", same, 60)

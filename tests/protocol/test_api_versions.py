@@ -65,7 +65,12 @@ ISSUE_3 = {
     "DeleteGroups", "InitProducerId",
 }  # fmt: skip
 # issue 9: the cluster's (followers truncate by leader epoch; consumers validate positions)
-ISSUE_9 = {"OffsetForLeaderEpoch"}
+ISSUE_9 = {
+    "OffsetForLeaderEpoch",
+    "ElectLeaders",
+    "AlterPartitionReassignments",
+    "ListPartitionReassignments",
+}
 # issue 12: listener security
 ISSUE_12 = {
     "SaslHandshake", "SaslAuthenticate", "DescribeUserScramCredentials",

@@ -95,6 +95,7 @@ class ZkBroker:
         self._tasks: set[asyncio.Task[Any]] = set()
         #: Set once every topic known at startup has been read (and applied).
         self.metadata_loaded = asyncio.Event()
+        self._changed = asyncio.Condition()
 
     # ----------------------------------------------------------------- wiring
 
@@ -298,7 +299,7 @@ class ZkBroker:
             except ValueError as e:
                 log.error("unreadable %s: %s", topic_path(name), e)
                 return
-            self._post(self.metadata.put_topic, a, {})
+            self._post(self._assignment_changed, a)
             for p in a.partitions:
                 if p not in watched:
                     watched.add(p)
@@ -319,6 +320,19 @@ class ZkBroker:
 
         self.zk.watch_data(partition_state_path(name, partition), state_changed)
 
+    def _assignment_changed(self, a: TopicAssignment) -> None:
+        """A topic znode changed (partitions added, a reassignment started or finished): the
+        partitions whose replicas changed are acted on again with their known state, so a
+        new replica starts hosting and a removed one deletes its copy."""
+        old = self.metadata.topic(a.name)
+        self.metadata.put_topic(a, {})
+        if old is None:
+            return
+        for p, replicas in a.partitions.items():
+            before = old.partitions.get(p)
+            if before is not None and before.replicas != tuple(replicas):
+                self._act(a.name, p)
+
     def _apply(self, topic: str, partition: int, state: PartitionState) -> None:
         """A partition's state from ZooKeeper: record it, and host/lead/follow it when this
         broker is a replica."""
@@ -326,10 +340,16 @@ class ZkBroker:
             return
         if not self.metadata.put_partition_state(topic, partition, state):
             return
+        self._act(topic, partition)
+
+    def _act(self, topic: str, partition: int) -> None:
         t = self.metadata.topic(topic)
         if t is None:
             return
         pm = t.partitions[partition]
+        state = pm.state
+        if state is None:
+            return
         change = PartitionChange(
             topic,
             partition,
@@ -352,6 +372,21 @@ class ZkBroker:
                 cb(change, p)
             except Exception:
                 log.exception("partition change listener failed for %s-%d", topic, partition)
+        self._spawn(self._notify_changed())
+
+    async def _notify_changed(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def wait_for_metadata(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
+        """Wait until ``predicate()`` holds, re-checked after every applied partition state;
+        False when ``timeout_s`` passed first."""
+        try:
+            async with self._changed:
+                await asyncio.wait_for(self._changed.wait_for(predicate), timeout_s)
+        except TimeoutError:
+            return predicate()
+        return True
 
     def _topic_deleted(self, name: str) -> None:
         t = self.metadata.remove_topic(name)

@@ -84,7 +84,10 @@ class ApiKey(enum.IntEnum):
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
@@ -121,7 +124,10 @@ ADVERTISED: Final[Mapping[int, tuple[int, int]]] = MappingProxyType(
         ApiKey.SASL_AUTHENTICATE: (0, 2),  # 1/2/1/1 (v1: KIP-368 session lifetime)
         ApiKey.CREATE_PARTITIONS: (0, 3),  # kio 0-3
         ApiKey.DELETE_GROUPS: (0, 2),  # kio 0-2
+        ApiKey.ELECT_LEADERS: (0, 2),  # kio 0-2 (kafka-leader-election, AdminClient)
         ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),  # 1/1/-/-
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),  # kio 0-1
+        ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),  # kio 0
         ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),  # -/0/-/-
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),  # -/0/-/-
         ApiKey.DESCRIBE_CLUSTER: (0, 2),  # kio 0-2

@@ -73,6 +73,7 @@ class Broker:
         self.zk_broker: ZkBroker | None = None
         self.controller: KafkaController | None = None
         self._isr_task: asyncio.Task[None] | None = None
+        self._hw_task: asyncio.Task[None] | None = None
         self.bound: list[tuple[str, int]] = []
         self._stopped = asyncio.Event()
         self._shutting_down = False
@@ -131,6 +132,8 @@ class Broker:
             cluster=zk_broker,
         )
         self.replica_manager = rm
+        if zk_broker is not None:
+            await asyncio.to_thread(rm.load_high_watermarks)
         if tiered is not None:
             # Events appended to __remote_log_metadata wake the fetches parked on it.
             tiered.on_metadata_append = lambda mp: rm.wake(REMOTE_LOG_METADATA_TOPIC_NAME, mp)
@@ -311,6 +314,17 @@ class Broker:
         self._isr_task = asyncio.create_task(
             zk_broker.run_isr_expiration(c.replica_lag_time_max_ms / 2000), name="isr-expiration"
         )
+        self._hw_task = asyncio.create_task(
+            self._checkpoint_high_watermarks(c.replica_high_watermark_checkpoint_interval_ms),
+            name="highwatermark-checkpoint",
+        )
+
+    async def _checkpoint_high_watermarks(self, interval_ms: int) -> None:
+        rm = self.replica_manager
+        assert rm is not None
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            await asyncio.to_thread(rm.write_high_watermarks, rm.high_watermarks())
 
     def _delete_topics_gone_from_cluster(self, zk_broker: ZkBroker) -> None:
         """Local topics the cluster no longer has (deleted while this broker was down)."""
@@ -378,8 +392,12 @@ class Broker:
                 await asyncio.to_thread(self.tiered.close)
             except Exception:
                 log.exception("tiered storage stop failed")
-        if self._isr_task is not None:
-            self._isr_task.cancel()
+        for task in (self._isr_task, self._hw_task):
+            if task is not None:
+                task.cancel()
+        if self.zk_broker is not None and self.replica_manager is not None:
+            rm = self.replica_manager
+            await asyncio.to_thread(rm.write_high_watermarks, rm.high_watermarks())
         if self.controller is not None:
             await asyncio.to_thread(self.controller.stop)
         if self.zk_broker is not None:

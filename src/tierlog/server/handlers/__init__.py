@@ -8,6 +8,7 @@ from typing import Any
 
 from tierlog.server.handlers import (
     admin,
+    cluster_admin,
     fetch,
     group,
     list_offsets,
@@ -45,7 +46,10 @@ HANDLERS: Mapping[int, Callable[[Any, Any], Any]] = MappingProxyType(
         36: security.handle_sasl_authenticate,
         37: admin.handle_create_partitions,
         42: group.handle_delete_groups,
+        43: cluster_admin.handle_elect_leaders,
         44: admin.handle_incremental_alter_configs,
+        45: cluster_admin.handle_alter_partition_reassignments,
+        46: cluster_admin.handle_list_partition_reassignments,
         50: security.handle_describe_user_scram_credentials,
         51: security.handle_alter_user_scram_credentials,
         60: metadata.handle_describe_cluster,
