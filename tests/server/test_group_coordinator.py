@@ -1099,3 +1099,56 @@ def test_random_operations_keep_invariants_then_converge(seed, caplog):
     with caplog.at_level(logging.WARNING, logger="tierlog.server.group_coordinator"):
         run_virtual(main())
     assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+# =========================================================================== cluster ownership
+
+
+@async_test
+async def test_cluster_partitions_load_on_election_and_drop_on_resignation():
+    store = InMemoryOffsetStore()
+    kw: dict[str, Any] = {"initial_rebalance_delay_ms": DELAY_MS, "min_session_timeout_ms": 10}
+    coord = GroupCoordinator(store, offsets_topic_num_partitions=5, **kw)
+    p = coord.partition_for("g")
+    store.partitions[p].append(
+        (OffsetCommitKey("g", "t", 0).encode(), OffsetCommitValue(7, -1, "m", 1).encode())
+    )
+    await coord.start(cluster=True)
+    assert coord.availability_error() == NONE
+    assert not coord.owns("g")
+    # not this broker's partition: every API says NOT_COORDINATOR
+    m = Member(coord, "c")
+    assert (await m.join()).error_code == NOT_COORDINATOR
+    assert coord.fetch_offsets("g", None) == (NOT_COORDINATOR, {})
+    assert m.heartbeat() == NOT_COORDINATOR
+    assert coord.describe_group("g").error_code == NOT_COORDINATOR
+    coord.on_resignation(p)  # not owned: nothing happens
+    # elected: loading until the replay ran, then served with the stored offsets
+    coord.on_election(p)
+    coord.on_election(p)  # already loading: ignored
+    assert coord.fetch_offsets("g", None) == (COORDINATOR_LOAD_IN_PROGRESS, {})
+    assert (await m.join()).error_code == COORDINATOR_LOAD_IN_PROGRESS
+    assert m.heartbeat() == COORDINATOR_LOAD_IN_PROGRESS
+    await until(lambda: coord.owns("g"))
+    assert coord.fetch_offsets("g", None) == (NONE, {("t", 0): (7, -1, "m")})
+    assert not coord.owns("h") or coord.partition_for("h") == p
+    # a join parked in the initial delay is answered NOT_COORDINATOR on resignation
+    task = asyncio.ensure_future(m.join())
+    await until(lambda: coord.describe_group("g").state == "PreparingRebalance")
+    coord.on_resignation(p)
+    r = await task
+    assert r.error_code == NOT_COORDINATOR and r.member_id.startswith("c-")
+    assert not coord.owns("g")
+    assert coord.fetch_offsets("g", None) == (NOT_COORDINATOR, {})
+    assert coord.list_groups() == []
+    # elected again: the committed offset is back; a resignation while loading cancels it
+    coord.on_election(p)
+    coord.on_resignation(p)
+    await asyncio.sleep(0.01)
+    assert not coord.owns("g")
+    coord.on_election(p)
+    await until(lambda: coord.owns("g"))
+    assert coord.fetch_offsets("g", None) == (NONE, {("t", 0): (7, -1, "m")})
+    assert [g for g, _, _ in coord.list_groups()] == ["g"]
+    await coord.stop()
+    assert coord.availability_error() == COORDINATOR_NOT_AVAILABLE
