@@ -27,6 +27,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from tierlog.coordinator.group.group_coordinator import GroupCoordinator
 from tierlog.errors import ConfigError, TierlogError
 from tierlog.log.file_handle_cache import file_handle_cache
 from tierlog.log.log_manager import LogManager, new_cluster_id, stored_cluster_id
@@ -34,7 +35,6 @@ from tierlog.protocol.api_versions import preload_schemas
 from tierlog.security.channel_builder import build_channel_builders
 from tierlog.security.credential_store import CredentialStore
 from tierlog.security.principal import ANONYMOUS, KafkaPrincipal
-from tierlog.server.group_coordinator import GroupCoordinator
 from tierlog.server.kafka_apis import BrokerEndpoint, KafkaApis
 from tierlog.server.kafka_config import KafkaConfig
 from tierlog.server.network import SocketServer

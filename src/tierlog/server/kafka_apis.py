@@ -30,10 +30,10 @@ if TYPE_CHECKING:
     from tierlog.cluster.controller import KafkaController
     from tierlog.cluster.zk_admin import ZkAdminManager
     from tierlog.cluster.zk_broker import ZkBroker
+    from tierlog.coordinator.group.group_coordinator import GroupCoordinator
     from tierlog.log.log_config import LogConfig
     from tierlog.log.log_manager import LogManager
     from tierlog.security.credential_store import CredentialStore
-    from tierlog.server.group_coordinator import GroupCoordinator
     from tierlog.server.kafka_config import KafkaConfig
     from tierlog.server.producer_id_manager import ProducerIdManager
     from tierlog.server.replica_manager import ReplicaManager

@@ -107,7 +107,8 @@ def ensure_offsets_topic_in_cluster(apis: KafkaApis) -> None:
 
 
 class OffsetStore:
-    """The coordinator's ``OffsetStore`` on the logs of ``__consumer_offsets``."""
+    """The group coordinator's :class:`tierlog.coordinator.offset_store.OffsetStore` on the
+    logs of ``__consumer_offsets``."""
 
     def __init__(self, replica_manager: ReplicaManager) -> None:
         self._rm = replica_manager
