@@ -1,11 +1,7 @@
-"""The classic group coordinator: rebalances, sessions, offsets, persistence, admin.
+"""The classic group coordinator's membership protocol: joins, rebalances, sessions, static
+members, lifecycle, and randomized runs that must keep the bookkeeping consistent.
 
-Every test runs its own event loop (``@async_test``: pytest-asyncio is not used) on a virtual
-clock (:class:`VirtualClockLoop`): the coordinator's timers are ``loop.call_later``/``call_at``,
-and this loop's clock only moves when every task waits for a timer, straight to the earliest
-one. Timers fire in deadline order and at their exact time however loaded the machine is, so
-the tests assert exact durations (the initial delay, a session, a rebalance timeout) instead
-of wall-clock ranges, and take no real time waiting.
+Test parts (virtual clock, scripted members): tests/coordinator/group/group_parts.py.
 """
 
 from __future__ import annotations
@@ -13,230 +9,44 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import selectors
 from collections import Counter
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable
 from typing import Any
 
 import pytest
 
 from tierlog.coordinator.group.group_coordinator import GroupCoordinator
 from tierlog.coordinator.group.group_metadata import GroupState
-from tierlog.coordinator.group.group_metadata_manager import java_string_hash
-from tierlog.coordinator.group.group_records import (
-    GroupMetadataKey,
-    GroupMetadataValue,
-    OffsetCommitKey,
-    OffsetCommitValue,
-    decode_key,
-)
 from tierlog.coordinator.group.member_metadata import JoinResult, SyncResult
 from tierlog.coordinator.offset_store import InMemoryOffsetStore
-from tierlog.errors import KafkaStorageError
 
-NONE = 0
-OFFSET_METADATA_TOO_LARGE = 12
-COORDINATOR_LOAD_IN_PROGRESS = 14
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_COORDINATOR = 16
-ILLEGAL_GENERATION = 22
-INCONSISTENT_GROUP_PROTOCOL = 23
-INVALID_GROUP_ID = 24
-UNKNOWN_MEMBER_ID = 25
-INVALID_SESSION_TIMEOUT = 26
-REBALANCE_IN_PROGRESS = 27
-NON_EMPTY_GROUP = 68
-GROUP_ID_NOT_FOUND = 69
-MEMBER_ID_REQUIRED = 79
-FENCED_INSTANCE_ID = 82
-
-DELAY_MS = 60  # group.initial.rebalance.delay.ms in these tests
-
-
-class VirtualClockLoop(asyncio.SelectorEventLoop):
-    """An event loop whose clock stands still while anything is ready to run, and jumps to
-    the next timer when nothing is: no timer fires early or late, whatever the machine's
-    load. Sockets still work (polled without waiting); with no timer at all it blocks on
-    them as usual."""
-
-    def __init__(self) -> None:
-        self._now = 1000.0
-        loop = self
-
-        class JumpingSelector(selectors.DefaultSelector):
-            def select(self, timeout: float | None = None) -> Any:
-                if timeout is None:
-                    return super().select(None)
-                ready = super().select(0)
-                if not ready:
-                    loop._now += timeout  # idle until the next timer: it is due now
-                return ready
-
-        super().__init__(JumpingSelector())
-
-    def time(self) -> float:
-        return self._now
-
-
-def run_virtual(coro: Awaitable[None]) -> None:
-    """Run ``coro`` on a fresh :class:`VirtualClockLoop` (20 virtual seconds at most)."""
-
-    async def main() -> None:
-        await asyncio.wait_for(coro, timeout=20)
-
-    with asyncio.Runner(loop_factory=VirtualClockLoop) as runner:
-        runner.run(main())
-
-
-#: Rounding error allowed on a virtual time reached by many small sleeps.
-EPS = 1e-6
-
-
-def now() -> float:
-    """The running loop's clock (virtual in these tests), in seconds."""
-    return asyncio.get_running_loop().time()
-
-
-def async_test(fn: Callable[[], Awaitable[None]]) -> Callable[[], None]:
-    """Run an ``async def`` test on a fresh virtual clock, with a hard timeout."""
-
-    def run() -> None:
-        run_virtual(fn())
-
-    run.__name__ = fn.__name__
-    run.__doc__ = fn.__doc__
-    return run
-
-
-async def started(store: InMemoryOffsetStore | None = None, **kw: Any) -> GroupCoordinator:
-    kw.setdefault("initial_rebalance_delay_ms", DELAY_MS)
-    kw.setdefault("min_session_timeout_ms", 10)
-    kw.setdefault("max_session_timeout_ms", 60_000)
-    kw.setdefault("offsets_topic_num_partitions", 5)
-    coord = GroupCoordinator(store if store is not None else InMemoryOffsetStore(), **kw)
-    await coord.start()
-    return coord
-
-
-@dataclass
-class Member:
-    """A scripted consumer."""
-
-    coord: GroupCoordinator
-    client_id: str
-    group: str = "g"
-    protocols: list[tuple[str, bytes]] = field(default_factory=lambda: [("range", b"r")])
-    session_ms: int = 5000
-    rebalance_ms: int = 2000
-    instance: str | None = None
-    protocol_type: str = "consumer"
-    member_id: str = ""
-    generation: int = -1
-    last: JoinResult | None = None
-
-    async def join(self, require_known: bool = False) -> JoinResult:
-        r = await self.coord.join_group(
-            self.group,
-            self.member_id,
-            self.instance,
-            self.protocol_type,
-            self.protocols,
-            self.session_ms,
-            self.rebalance_ms,
-            self.client_id,
-            "/127.0.0.1",
-            require_known,
-        )
-        if r.error_code in (NONE, MEMBER_ID_REQUIRED):
-            self.member_id = r.member_id
-        if r.error_code == NONE:
-            self.generation = r.generation_id
-            self.last = r
-        return r
-
-    async def sync(self, assignments: dict[str, bytes] | None = None) -> SyncResult:
-        return await self.coord.sync_group(
-            self.group,
-            self.generation,
-            self.member_id,
-            self.instance,
-            self.protocol_type,
-            self.last.protocol_name if self.last else None,
-            assignments or {},
-        )
-
-    def heartbeat(self) -> int:
-        return self.coord.heartbeat(self.group, self.generation, self.member_id, self.instance)
-
-    async def commit(
-        self, offsets: dict[tuple[str, int], tuple[int, int, str | None]]
-    ) -> dict[tuple[str, int], int]:
-        return await self.coord.commit_offsets(
-            self.group, self.generation, self.member_id, self.instance, offsets
-        )
-
-    @property
-    def is_leader(self) -> bool:
-        return self.last is not None and self.last.leader_id == self.member_id
-
-
-async def join_all(members: list[Member]) -> list[JoinResult]:
-    return list(await asyncio.gather(*(m.join() for m in members)))
-
-
-async def sync_all(members: list[Member]) -> list[SyncResult]:
-    """Everyone syncs; the leader assigns ``b"a-<client id>"`` to each member."""
-    by_id = {m.member_id: m for m in members}
-
-    async def one(m: Member) -> SyncResult:
-        assignments = {}
-        if m.is_leader:
-            assert m.last is not None
-            assignments = {
-                mid: f"a-{by_id[mid].client_id}".encode() for mid, _, _ in m.last.members
-            }
-        return await m.sync(assignments)
-
-    return list(await asyncio.gather(*(one(m) for m in members)))
-
-
-async def stable_group(coord: GroupCoordinator, n: int, **kw: Any) -> list[Member]:
-    members = [Member(coord, f"c{i}", **kw) for i in range(n)]
-    results = await join_all(members)
-    assert [r.error_code for r in results] == [NONE] * n
-    syncs = await sync_all(members)
-    assert [s.error_code for s in syncs] == [NONE] * n
-    assert coord.group_manager.describe_group(members[0].group).state == "Stable"
-    return members
-
-
-async def until(condition: Callable[[], bool], step: float = 0.001) -> float:
-    """Wait for a state, polling every ``step`` (5 s deadline); the time it was seen."""
-    deadline = now() + 5
-    while not condition():
-        assert now() < deadline, "the state was not reached"
-        await asyncio.sleep(step)
-    return now()
-
-
-def stored_generation(store: InMemoryOffsetStore, coord: GroupCoordinator, group: str) -> Any:
-    """The group's latest GroupMetadataValue in the store (None if none)."""
-    values = [
-        GroupMetadataValue.decode(v)
-        for k, v in store.partitions[coord.group_manager.partition_for(group)]
-        if isinstance(decode_key(k), GroupMetadataKey) and v is not None
-    ]
-    return values[-1] if values else None
-
-
-async def heartbeat_until(members: list[Member], code: int, every: float = 0.01) -> None:
-    """Heartbeat like a consumer until each member sees ``code``."""
-    waiting = list(members)
-    while waiting:
-        waiting = [m for m in waiting if m.heartbeat() != code]
-        await asyncio.sleep(every)
-
+from .group_parts import (
+    COORDINATOR_LOAD_IN_PROGRESS,
+    COORDINATOR_NOT_AVAILABLE,
+    DELAY_MS,
+    EPS,
+    FENCED_INSTANCE_ID,
+    ILLEGAL_GENERATION,
+    INCONSISTENT_GROUP_PROTOCOL,
+    INVALID_GROUP_ID,
+    INVALID_SESSION_TIMEOUT,
+    MEMBER_ID_REQUIRED,
+    NONE,
+    NOT_COORDINATOR,
+    REBALANCE_IN_PROGRESS,
+    UNKNOWN_MEMBER_ID,
+    Member,
+    async_test,
+    heartbeat_until,
+    join_all,
+    now,
+    run_virtual,
+    stable_group,
+    started,
+    stored_generation,
+    sync_all,
+    until,
+)
 
 # =========================================================================== joining
 
@@ -659,264 +469,6 @@ async def stable_group_of(coord: GroupCoordinator, members: list[Member]) -> Non
     assert {s.error_code for s in await sync_all(members)} == {NONE}
 
 
-# =========================================================================== offsets
-
-
-@async_test
-async def test_commit_and_fetch_offsets():
-    coord = await started()
-    (a,) = await stable_group(coord, 1)
-    offsets = {
-        ("t", 0): (10, 3, "meta"),
-        ("t", 1): (-1, -1, None),  # kafkajs commits -1 and -2 and reads them back
-        ("u", 0): (-2, -1, ""),
-    }
-    assert await a.commit(offsets) == dict.fromkeys(offsets, NONE)
-    err, fetched = coord.group_manager.fetch_offsets("g", [("t", 0), ("t", 1), ("u", 0), ("t", 9)])
-    assert err == NONE
-    assert fetched == {
-        ("t", 0): (10, 3, "meta"),
-        ("t", 1): (-1, -1, ""),
-        ("u", 0): (-2, -1, ""),
-        ("t", 9): (-1, -1, ""),
-    }
-    assert coord.group_manager.fetch_offsets("g", None)[1].keys() == offsets.keys()
-    assert coord.group_manager.fetch_offsets("nogroup", [("t", 0)]) == (
-        NONE,
-        {("t", 0): (-1, -1, "")},
-    )
-    assert coord.group_manager.fetch_offsets("nogroup", None) == (NONE, {})
-    # last commit wins
-    await a.commit({("t", 0): (11, 3, "m2")})
-    assert coord.group_manager.fetch_offsets("g", [("t", 0)])[1] == {("t", 0): (11, 3, "m2")}
-    await coord.stop()
-
-
-@async_test
-async def test_offset_metadata_too_large_only_fails_that_partition():
-    coord = await started()
-    (a,) = await stable_group(coord, 1)
-    result = await a.commit({("t", 0): (1, -1, "x" * 4097), ("t", 1): (2, -1, "x" * 4096)})
-    assert result == {("t", 0): OFFSET_METADATA_TOO_LARGE, ("t", 1): NONE}
-    # the limit counts Java chars (UTF-16 units): an emoji is two
-    result = await a.commit({("t", 2): (1, -1, "😀" * 2049)})
-    assert result == {("t", 2): OFFSET_METADATA_TOO_LARGE}
-    assert coord.group_manager.fetch_offsets("g", [("t", 0)])[1][("t", 0)][0] == -1
-    await coord.stop()
-
-
-@async_test
-async def test_standalone_commits_with_generation_minus_one():
-    coord = await started()
-    result = await coord.commit_offsets("simple", -1, "", None, {("t", 0): (42, -1, None)})
-    assert result == {("t", 0): NONE}
-    assert coord.group_manager.list_groups() == [("simple", "", "Empty")]
-    assert coord.group_manager.fetch_offsets("simple", [("t", 0)])[1] == {("t", 0): (42, -1, "")}
-    # a generation for a group that does not exist is stale
-    result = await coord.commit_offsets("nogroup", 3, "m", None, {("t", 0): (1, -1, None)})
-    assert result == {("t", 0): ILLEGAL_GENERATION}
-    # standalone commits to a group with members are refused
-    await stable_group(coord, 1)
-    result = await coord.commit_offsets("g", -1, "", None, {("t", 0): (1, -1, None)})
-    assert result == {("t", 0): UNKNOWN_MEMBER_ID}
-    # the empty group id is allowed for offsets (old clients), not for membership
-    assert await coord.commit_offsets("", -1, "", None, {("t", 0): (7, -1, None)}) == {
-        ("t", 0): NONE
-    }
-    await coord.stop()
-
-
-@async_test
-async def test_commit_is_answered_only_after_the_store_append():
-    store = InMemoryOffsetStore()
-    store.append_delay = 0.05
-    coord = await started(store)
-    task = asyncio.ensure_future(coord.commit_offsets("s", -1, "", None, {("t", 0): (1, -1, None)}))
-    await asyncio.sleep(0.01)
-    assert not task.done()
-    assert not store.partitions[coord.group_manager.partition_for("s")]
-    assert await task == {("t", 0): NONE}
-    assert len(store.partitions[coord.group_manager.partition_for("s")]) == 1
-    await coord.stop()
-
-
-@async_test
-async def test_store_failures_become_retriable_errors():
-    store = InMemoryOffsetStore()
-    coord = await started(store)
-    a, b = [Member(coord, f"c{i}") for i in range(2)]
-    await join_all([a, b])
-    store.fail_with = KafkaStorageError("disk gone")
-    result = await coord.commit_offsets("s", -1, "", None, {("t", 0): (1, -1, None)})
-    assert result == {("t", 0): COORDINATOR_NOT_AVAILABLE}
-    assert coord.group_manager.fetch_offsets("s", [("t", 0)])[1] == {("t", 0): (-1, -1, "")}
-    # storing the leader's assignment fails: everyone is told, the group rebalances
-    syncs = await sync_all([a, b])
-    assert {s.error_code for s in syncs} == {COORDINATOR_NOT_AVAILABLE}
-    assert coord.group_manager.describe_group("g").state == "PreparingRebalance"
-    store.fail_with = None
-    await join_all([a, b])
-    assert {s.error_code for s in await sync_all([a, b])} == {NONE}
-    await coord.stop()
-
-
-# =========================================================================== persistence
-
-
-@async_test
-async def test_replay_rebuilds_offsets_and_groups():
-    store = InMemoryOffsetStore()
-    coord = await started(store)
-    a, b = await stable_group(coord, 2, session_ms=300)
-    await a.commit({("t", 0): (5, 1, "x"), ("t", 1): (6, 1, None)})
-    await a.commit({("t", 0): (7, 2, "y")})  # last writer wins on replay
-    await coord.commit_offsets("simple", -1, "", None, {("u", 3): (-2, -1, None)})
-    await coord.stop()
-
-    # every record sits in its group's partition and decodes
-    for partition, records in store.partitions.items():
-        for key, value in records:
-            k = decode_key(key)
-            assert k is not None and coord.group_manager.partition_for(k.group) == partition
-            assert value is not None
-
-    coord2 = await started(store)
-    assert coord2.group_manager.fetch_offsets("g", None)[1] == {
-        ("t", 0): (7, 2, "y"),
-        ("t", 1): (6, 1, ""),
-    }
-    assert coord2.group_manager.fetch_offsets("simple", None)[1] == {("u", 3): (-2, -1, "")}
-    d = coord2.group_manager.describe_group("g")
-    assert (d.state, d.protocol) == ("Stable", "range")
-    assert sorted((m[0], m[5]) for m in d.members) == sorted(
-        [(a.member_id, b"a-c0"), (b.member_id, b"a-c1")]
-    )
-    assert sorted(coord2.group_manager.list_groups()) == [
-        ("g", "consumer", "Stable"),
-        ("simple", "", "Empty"),
-    ]
-    # the members carry on with the generation they had
-    for m in (a, b):
-        m.coord = coord2
-        assert m.heartbeat() == NONE
-        assert (await m.sync()).assignment in (b"a-c0", b"a-c1")
-    await coord2.stop()
-
-
-@async_test
-async def test_replayed_members_expire_without_heartbeats():
-    store = InMemoryOffsetStore()
-    coord = await started(store)
-    await stable_group(coord, 2, session_ms=100)
-    await coord.stop()
-    coord2 = await started(store)
-    t0 = now()
-    assert coord2.group_manager.describe_group("g").state == "Stable"
-    emptied_at = await until(lambda: coord2.group_manager.describe_group("g").state == "Empty")
-    assert 0.1 - EPS <= emptied_at - t0 <= 0.101 + EPS  # their 100 ms sessions, from the load
-    # the empty generation is stored in the background: stop only once it is
-    await until(lambda: stored_generation(store, coord2, "g").generation == 2)
-    assert stored_generation(store, coord2, "g").members == ()
-    await coord2.stop()
-    coord3 = await started(store)
-    assert coord3.group_manager.describe_group("g").state == "Empty"
-    await coord3.stop()
-
-
-@async_test
-async def test_replay_skips_foreign_and_corrupt_records():
-    store = InMemoryOffsetStore()
-    coord = GroupCoordinator(store, offsets_topic_num_partitions=1)
-    good_key = OffsetCommitKey("g", "t", 0).encode()
-    store.partitions[0] = [
-        (b"\x00\x03\x00\x01g", b"\x00\x00"),  # a KIP-848 record type: not ours
-        (b"\x00", b""),  # garbage key
-        (good_key, b"\x00\x03\x00"),  # truncated value
-        (good_key, OffsetCommitValue(9, -1, "", 1).encode()),
-        (OffsetCommitKey("gone", "t", 0).encode(), OffsetCommitValue(1).encode()),
-        (OffsetCommitKey("gone", "t", 0).encode(), None),  # tombstone
-    ]
-    await coord.start()
-    assert coord.group_manager.fetch_offsets("g", None)[1] == {("t", 0): (9, -1, "")}
-    assert [g for g, _, _ in coord.group_manager.list_groups()] == ["g"]
-    await coord.stop()
-
-
-# =========================================================================== admin
-
-
-@async_test
-async def test_delete_groups():
-    store = InMemoryOffsetStore()
-    coord = await started(store)
-    await stable_group(coord, 1)
-    await coord.commit_offsets(
-        "empty", -1, "", None, {("t", 0): (1, -1, None), ("t", 1): (2, -1, None)}
-    )
-    result = await coord.group_manager.delete_groups(["g", "empty", "unknown", "empty"])
-    assert result == {"g": NON_EMPTY_GROUP, "empty": NONE, "unknown": GROUP_ID_NOT_FOUND}
-    assert coord.group_manager.describe_group("empty").state == "Dead"
-    assert coord.group_manager.fetch_offsets("empty", [("t", 0)])[1] == {("t", 0): (-1, -1, "")}
-    assert [g for g, _, _ in coord.group_manager.list_groups()] == ["g"]
-    tail = store.partitions[coord.group_manager.partition_for("empty")][-3:]
-    assert [(decode_key(k), v) for k, v in tail] == [
-        (GroupMetadataKey("empty"), None),
-        (OffsetCommitKey("empty", "t", 0), None),
-        (OffsetCommitKey("empty", "t", 1), None),
-    ]
-    assert (await coord.group_manager.delete_groups(["empty"])) == {"empty": GROUP_ID_NOT_FOUND}
-    await coord.stop()
-    coord2 = await started(store)
-    assert coord2.group_manager.describe_group("empty").state == "Dead"
-    assert coord2.group_manager.fetch_offsets("empty", None)[1] == {}
-    # the id can be used again
-    assert (await coord2.commit_offsets("empty", -1, "", None, {("t", 0): (3, -1, None)})) == {
-        ("t", 0): NONE
-    }
-    await coord2.stop()
-
-
-@async_test
-async def test_list_and_describe():
-    coord = await started()
-    await stable_group(coord, 2)
-    await coord.commit_offsets("simple", -1, "", None, {("t", 0): (1, -1, None)})
-    joining = asyncio.ensure_future(Member(coord, "x", group="joining").join())
-    await asyncio.sleep(0.005)
-    assert sorted(coord.group_manager.list_groups()) == [
-        ("g", "consumer", "Stable"),
-        ("joining", "consumer", "PreparingRebalance"),
-        ("simple", "", "Empty"),
-    ]
-    assert coord.group_manager.list_groups(["stable", "EMPTY"]) == [
-        ("g", "consumer", "Stable"),
-        ("simple", "", "Empty"),
-    ]
-    assert coord.group_manager.list_groups(["Dead"]) == []
-    d = coord.group_manager.describe_group("joining")
-    assert (d.state, d.protocol, len(d.members)) == ("PreparingRebalance", "", 1)
-    assert d.members[0][4:] == (b"", b"")  # no metadata unless Stable
-    d = coord.group_manager.describe_group("unknown")
-    assert (d.error_code, d.state, d.protocol_type, d.members) == (NONE, "Dead", "", [])
-    await joining
-    await coord.stop()
-
-
-def test_partition_for_matches_java_string_hash_code():
-    assert java_string_hash("") == 0
-    assert java_string_hash("hello") == 99162322
-    assert java_string_hash("Aa") == java_string_hash("BB") == 2112
-    assert java_string_hash("😀") == 0xD83D * 31 + 0xDE00  # UTF-16 surrogate pair
-    assert java_string_hash("polygenelubricants") == -(2**31)
-    coord = GroupCoordinator(InMemoryOffsetStore(), offsets_topic_num_partitions=50)
-    assert coord.group_manager.partition_for("polygenelubricants") == 0  # Utils.abs(MIN_VALUE) == 0
-    assert coord.group_manager.partition_for("hello") == 99162322 % 50
-    h = java_string_hash("console-consumer-12345")
-    assert coord.group_manager.partition_for("console-consumer-12345") == abs(h) % 50
-    with pytest.raises(ValueError):
-        GroupCoordinator(InMemoryOffsetStore(), offsets_topic_num_partitions=0)
-
-
 # =========================================================================== lifecycle
 
 
@@ -1105,56 +657,3 @@ def test_random_operations_keep_invariants_then_converge(seed, caplog):
     with caplog.at_level(logging.WARNING, logger="tierlog.coordinator.group"):
         run_virtual(main())
     assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
-
-
-# =========================================================================== cluster ownership
-
-
-@async_test
-async def test_cluster_partitions_load_on_election_and_drop_on_resignation():
-    store = InMemoryOffsetStore()
-    kw: dict[str, Any] = {"initial_rebalance_delay_ms": DELAY_MS, "min_session_timeout_ms": 10}
-    coord = GroupCoordinator(store, offsets_topic_num_partitions=5, **kw)
-    p = coord.group_manager.partition_for("g")
-    store.partitions[p].append(
-        (OffsetCommitKey("g", "t", 0).encode(), OffsetCommitValue(7, -1, "m", 1).encode())
-    )
-    await coord.start(cluster=True)
-    assert coord.group_manager.availability_error() == NONE
-    assert not coord.group_manager.owns("g")
-    # not this broker's partition: every API says NOT_COORDINATOR
-    m = Member(coord, "c")
-    assert (await m.join()).error_code == NOT_COORDINATOR
-    assert coord.group_manager.fetch_offsets("g", None) == (NOT_COORDINATOR, {})
-    assert m.heartbeat() == NOT_COORDINATOR
-    assert coord.group_manager.describe_group("g").error_code == NOT_COORDINATOR
-    coord.on_resignation(p)  # not owned: nothing happens
-    # elected: loading until the replay ran, then served with the stored offsets
-    coord.on_election(p)
-    coord.on_election(p)  # already loading: ignored
-    assert coord.group_manager.fetch_offsets("g", None) == (COORDINATOR_LOAD_IN_PROGRESS, {})
-    assert (await m.join()).error_code == COORDINATOR_LOAD_IN_PROGRESS
-    assert m.heartbeat() == COORDINATOR_LOAD_IN_PROGRESS
-    await until(lambda: coord.group_manager.owns("g"))
-    assert coord.group_manager.fetch_offsets("g", None) == (NONE, {("t", 0): (7, -1, "m")})
-    assert not coord.group_manager.owns("h") or coord.group_manager.partition_for("h") == p
-    # a join parked in the initial delay is answered NOT_COORDINATOR on resignation
-    task = asyncio.ensure_future(m.join())
-    await until(lambda: coord.group_manager.describe_group("g").state == "PreparingRebalance")
-    coord.on_resignation(p)
-    r = await task
-    assert r.error_code == NOT_COORDINATOR and r.member_id.startswith("c-")
-    assert not coord.group_manager.owns("g")
-    assert coord.group_manager.fetch_offsets("g", None) == (NOT_COORDINATOR, {})
-    assert coord.group_manager.list_groups() == []
-    # elected again: the committed offset is back; a resignation while loading cancels it
-    coord.on_election(p)
-    coord.on_resignation(p)
-    await asyncio.sleep(0.01)
-    assert not coord.group_manager.owns("g")
-    coord.on_election(p)
-    await until(lambda: coord.group_manager.owns("g"))
-    assert coord.group_manager.fetch_offsets("g", None) == (NONE, {("t", 0): (7, -1, "m")})
-    assert [g for g, _, _ in coord.group_manager.list_groups()] == ["g"]
-    await coord.stop()
-    assert coord.group_manager.availability_error() == COORDINATOR_NOT_AVAILABLE
