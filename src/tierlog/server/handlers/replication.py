@@ -3,8 +3,8 @@
 Kafka's followers that predate KIP-595 ask, for each partition, the end offset of their own
 latest epoch and truncate what they hold beyond it (KIP-101, KIP-279; tierlog's followers
 learn the same from the Fetch's diverging epoch instead, one round trip less). Consumers ask,
-to detect truncation after a leader change (KIP-320). Per partition (Kafka's ``ReplicaManager.lastOffsetForLeaderEpoch`` and
-``Partition.lastOffsetForLeaderEpoch``):
+to detect truncation after a leader change (KIP-320). Per partition (Kafka's
+``ReplicaManager.lastOffsetForLeaderEpoch`` and ``Partition.lastOffsetForLeaderEpoch``):
 
 * no such partition here: NOT_LEADER_OR_FOLLOWER (6) when the cluster has it on other
   brokers, else UNKNOWN_TOPIC_OR_PARTITION (3); its log cannot be opened:
