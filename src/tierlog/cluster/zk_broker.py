@@ -281,12 +281,25 @@ class ZkBroker:
         for name, a in assignments.items():
             per_partition = {p: s for (t, p), s in states.items() if t == name}
             self.metadata.put_topic(a, per_partition, configs.get(name, {}))
+            self._host_replicas(a, configs.get(name, {}))
             for p in sorted(a.partitions):
                 state = per_partition.get(p)
                 if state is not None:
                     self._apply(name, p, state)
         for name in assignments:
             await asyncio.to_thread(self._watch_topic, name)
+
+    def _host_replicas(self, a: TopicAssignment, configs: dict[str, str]) -> None:
+        """Create this broker's replicas of a newly seen topic with one registry write (the
+        per-partition states then find them), rather than one write per partition."""
+        rm = self._replica_manager
+        mine = [p for p, replicas in a.partitions.items() if self.broker_id in replicas]
+        if rm is None or not mine:
+            return
+        try:
+            rm.log_manager.ensure_replicas(a.name, a.topic_id, mine, configs)
+        except Exception as e:  # each partition's state retries and reports it
+            log.error("cannot host the replicas of %s: %s", a.name, e)
 
     def _watch_topic(self, name: str) -> None:
         """(Worker thread) watch the topic znode; its partitions' state znodes are watched

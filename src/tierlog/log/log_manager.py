@@ -604,13 +604,32 @@ class LogManager:
         configs: Mapping[str, str],
     ) -> Log:
         """Host one partition of a cluster topic (the controller made this broker a
-        replica): its log, created when new. A local topic of the same name with another
-        id is an older incarnation (deleted and re-created while this broker was away): it
-        is deleted first.
+        replica): its log, created when new (see :meth:`ensure_replicas`).
 
         Raises:
             InvalidConfig: ``configs`` has an unknown key or a bad value.
             KafkaStorageError: the partition dir cannot be created or opened.
+        """
+        self.ensure_replicas(name, topic_id, [partition], configs)
+        lg = self.get_log(name, partition)
+        assert lg is not None  # hosted now
+        return lg
+
+    def ensure_replicas(
+        self,
+        name: str,
+        topic_id: uuid.UUID | None,
+        partitions: Iterable[int],
+        configs: Mapping[str, str],
+    ) -> None:
+        """Host these partitions of a cluster topic, creating the new ones with one registry
+        write (a broker that learns of a topic hosts all its replicas of it at once). A local
+        topic of the same name with another id is an older incarnation (deleted and
+        re-created while this broker was away): it is deleted first.
+
+        Raises:
+            InvalidConfig: ``configs`` has an unknown key or a bad value.
+            KafkaStorageError: a partition dir cannot be created.
         """
         with self._lock:
             self._check_started()
@@ -622,37 +641,35 @@ class LogManager:
                 )  # fmt: skip
                 self.delete_topic(name)
                 info = None
-            if info is not None and info.hosts(partition):
-                lg = self.get_log(name, partition)
-                if lg is not None:
-                    return lg
+            wanted = sorted(set(partitions))
+            new_parts = [p for p in wanted if info is None or not info.hosts(p)]
+            if not new_parts:
+                return
+            count = max(wanted) + 1
             if info is None:
                 new = TopicInfo(
                     name,
                     topic_id or random_kafka_uuid(),
-                    partition + 1,
+                    count,
                     self._topic_config(configs),
-                    frozenset((partition,)),
+                    frozenset(wanted),
                 )
             else:
-                hosted = (info.replicas or frozenset(range(info.num_partitions))) | {partition}
+                hosted = info.replicas or frozenset(range(info.num_partitions))
                 new = TopicInfo(
                     name,
                     info.topic_id,
-                    max(info.num_partitions, partition + 1),
+                    max(info.num_partitions, count),
                     info.config,
-                    hosted,
+                    hosted | set(wanted),
                 )
             previous = dict(self._topics)
             self._save_registry({**self._topics, name: new})
             try:
-                self._open_new_logs(new, [partition])
+                self._open_new_logs(new, new_parts)
             except BaseException:
-                self._roll_back(name, [partition], previous)
+                self._roll_back(name, new_parts, previous)
                 raise
-            lg = self.get_log(name, partition)
-            assert lg is not None  # just created
-            return lg
 
     def delete_replica(self, name: str, partition: int) -> None:
         """Stop hosting one partition (the topic was deleted, or the replica moved away):
