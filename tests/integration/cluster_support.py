@@ -68,10 +68,10 @@ class Cluster:
             b.start()
         wait_for("every broker registered", lambda: len(self.live_ids()) == len(self.brokers))
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 60.0) -> None:
         for b in self.brokers.values():
             if b.alive():
-                b.stop()
+                b.stop(timeout=timeout)
 
     def __iter__(self) -> Iterator[BrokerProcess]:
         return iter(self.brokers.values())

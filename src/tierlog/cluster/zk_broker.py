@@ -286,8 +286,9 @@ class ZkBroker:
                 state = per_partition.get(p)
                 if state is not None:
                     self._apply(name, p, state)
-        for name in assignments:
-            await asyncio.to_thread(self._watch_topic, name)
+        # Each watch is armed with a read: topics in parallel worker threads, so the round
+        # trips overlap (a topic's partitions are armed one after another).
+        await asyncio.gather(*(asyncio.to_thread(self._watch_topic, n) for n in assignments))
 
     def _host_replicas(self, a: TopicAssignment, configs: dict[str, str]) -> None:
         """Create this broker's replicas of a newly seen topic with one registry write (the
