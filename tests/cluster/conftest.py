@@ -11,7 +11,7 @@ from kazoo.client import KazooClient
 
 from tests import zookeeper_process
 from tests.zookeeper_process import ZooKeeperProcess
-from tierlog.cluster import KafkaZkClient
+from tierlog.cluster.kafka_zk_client import KafkaZkClient
 
 #: Short sessions, so an expiry the server notices takes about a second, not 18.
 SESSION_TIMEOUT_MS = 4000

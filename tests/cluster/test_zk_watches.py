@@ -12,7 +12,7 @@ import threading
 from typing import Any
 
 from tests.cluster.conftest import SessionEvents, expire_session, wait_until
-from tierlog.cluster import KafkaZkClient
+from tierlog.cluster.kafka_zk_client import KafkaZkClient
 
 
 class Seen:

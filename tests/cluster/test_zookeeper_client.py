@@ -12,8 +12,7 @@ from kazoo.exceptions import (
     RuntimeInconsistency,
 )
 
-from tierlog.cluster import ControllerMovedError, parse_connect
-from tierlog.cluster.zookeeper_client import checked_outcome
+from tierlog.cluster.zookeeper_client import ControllerMovedError, checked_outcome, parse_connect
 
 
 @pytest.mark.parametrize(
