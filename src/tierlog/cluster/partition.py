@@ -207,7 +207,10 @@ class Partition:
         """Record a follower's fetch (its LEO is ``fetch_offset``); True when it should join the
         ISR (the caller writes that). Raises the high watermark when it can."""
         state = self.remote_replicas.get(replica_id)
-        if state is None:
+        if state is None or fetch_offset > self.log.log_end_offset:
+            # Past our log end: not a follower of this log (a fetch of another leader's
+            # epoch, answered OFFSET_OUT_OF_RANGE); counting it would raise the high
+            # watermark over records no follower has (Kafka reads before it updates).
             return False
         state.update_fetch_state(fetch_offset, now_ms, self.log.log_end_offset)
         self.maybe_increment_high_watermark()
