@@ -141,7 +141,7 @@ def test_no_expansion_while_an_isr_change_is_pending_and_never_for_a_member() ->
 
 
 def test_an_unknown_replica_never_joins() -> None:
-    p, lg = leader(isr=(1, 2))
+    p, _ = leader(isr=(1, 2))
     assert not p.update_follower_fetch_state(9, 0, now_ms=1)
 
 

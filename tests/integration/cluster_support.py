@@ -213,11 +213,9 @@ class ClusterBroker(BrokerProcess):
         self.replication_port = None
         super().start(timeout)
         if self.link is not None:
-            m = None
-            for m in _LISTENING.finditer(self.log_since_start()):
-                pass
-            assert m is not None, "no REPLICATION listener in the start line"
-            self.replication_port = int(m.group(2))
+            found = _LISTENING.findall(self.log_since_start())
+            assert found, "no REPLICATION listener in the start line"
+            self.replication_port = int(found[-1][1])
 
     def replication_address(self) -> tuple[str, int] | None:
         if self.replication_port is None or not self.alive():

@@ -11,20 +11,26 @@ deadlines only bound a failure.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import importlib
+import json
 import os
 import signal
+import subprocess
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests import real_parts
 from tests.integration import wire
 from tests.integration.cluster_support import (
     LAG_TIME_MAX_MS,
@@ -278,9 +284,8 @@ def test_leaders_sigkilled_ten_times_under_full_load_lose_no_acknowledged_record
     once, in order, at its offset, the producer saw no error, every replica is identical."""
     partitions = 3
     topic = _topic(cluster, "chaos", partitions)
-    prod = BackgroundProducer(
-        cluster, topic, partitions, **{"enable.idempotence": True, "queue.buffering.max.messages": 20_000}
-    )  # fmt: skip
+    conf = {"enable.idempotence": True, "queue.buffering.max.messages": 20_000}
+    prod = BackgroundProducer(cluster, topic, partitions, **conf)
     try:
         for round_ in range(10):
             p = round_ % partitions
@@ -492,3 +497,320 @@ def test_an_unreplicated_suffix_of_a_dead_leader_is_truncated_everywhere(
     values = [v for _, v in _read_partition(cluster, topic, 0)]
     assert values == [v for *_, v in base] + [v for *_, v in after]
     _assert_replicas_identical(cluster, topic, 1)
+
+
+# --------------------------------------------------------------------------- 6. a group
+
+
+def test_a_consumer_group_survives_the_death_of_its_coordinator(cluster: Cluster) -> None:
+    """Three members of a group, their coordinator's broker SIGKILLed: the coordinator moves
+    with the leadership of the group's ``__consumer_offsets`` partition, the group
+    rebalances with every partition assigned again, and the offsets committed before are
+    still there."""
+    partitions = 6
+    topic = _topic(cluster, "group", partitions)
+    for p in range(partitions):
+        out = _produce_sync_to(cluster, topic, p, [f"g{p}-{i}".encode() for i in range(20)])
+        assert all(e is None for e, *_ in out)
+    group = f"survivors-{uuid.uuid4().hex[:8]}"
+    members = [
+        Consumer(
+            {
+                "bootstrap.servers": cluster.bootstrap,
+                "group.id": group,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "session.timeout.ms": 10_000,
+                "heartbeat.interval.ms": 500,
+                "topic.metadata.refresh.interval.ms": 1000,
+            }
+        )
+        for _ in range(3)
+    ]
+    for m in members:
+        m.subscribe([topic])
+    consumed: dict[int, list[int]] = {p: [] for p in range(partitions)}
+
+    def poll_all() -> None:
+        for m in members:
+            for msg in m.consume(100, 0.05):
+                if msg.error() is None:
+                    consumed[msg.partition()].append(msg.offset())
+
+    def assigned_everywhere() -> bool:
+        poll_all()
+        got = [tp.partition for m in members for tp in m.assignment()]
+        return sorted(got) == list(range(partitions)) and all(m.assignment() for m in members)
+
+    admin = cluster.admin()
+    try:
+        wait_for("every partition assigned to the three members", assigned_everywhere, 90)
+        wait_for("20 records of every partition", lambda: (poll_all(), all(
+            len(v) >= 20 for v in consumed.values()))[1], 60)  # fmt: skip
+        # Each member commits what it was given (synchronously: acknowledged by the ISR).
+        for m in members:
+            offsets = [TopicPartition(topic, tp.partition, 15) for tp in m.assignment()]
+            m.commit(offsets=offsets, asynchronous=False)
+        committed = _group_offsets(admin, group, topic, partitions)
+        assert committed == {p: 15 for p in range(partitions)}
+        coordinator = _coordinator(admin, group)
+        cluster.brokers[coordinator].kill()
+        try:
+            wait_for(
+                "a new coordinator",
+                lambda: (lambda c: c if c not in (coordinator, -1) else None)(
+                    _coordinator(admin, group)
+                ),
+                FAILOVER_S,
+            )
+            # The members find it and the group is stable again with every partition.
+            wait_for(
+                "the group stable with every partition assigned",
+                lambda: assigned_everywhere() and _group_state(admin, group) == "STABLE",
+                90,
+            )
+            assert _group_offsets(admin, group, topic, partitions) == committed
+            # The group goes on: new records reach the members, commits still work.
+            for p in range(partitions):
+                _produce_sync_to(cluster, topic, p, [f"g{p}-late".encode()])
+            wait_for("the new records", lambda: (poll_all(), all(
+                max(v) >= 20 for v in consumed.values()))[1], 60)  # fmt: skip
+            for m in members:
+                offsets = [TopicPartition(topic, tp.partition, 21) for tp in m.assignment()]
+                m.commit(offsets=offsets, asynchronous=False)
+            assert _group_offsets(admin, group, topic, partitions) == {
+                p: 21 for p in range(partitions)
+            }
+        finally:
+            _restart(cluster, coordinator)
+    finally:
+        for m in members:
+            m.close()
+    cluster.wait_healthy("__consumer_offsets", 6, 3, timeout=90)
+    cluster.wait_healthy(topic, partitions, 3, timeout=90)
+
+
+def _produce_sync_to(
+    cluster: Cluster, topic: str, partition: int, values: list[bytes]
+) -> list[Any]:
+    out: list[Any] = []
+    p = _producer(cluster)
+    for v in values:
+        p.produce(topic, v, partition=partition, on_delivery=lambda e, m: out.append((e, m)))
+    assert p.flush(120) == 0
+    return out
+
+
+def _coordinator(admin: AdminClient, group: str) -> int:
+    d = admin.describe_consumer_groups([group], request_timeout=10)[group].result(15)
+    return int(d.coordinator.id)
+
+
+def _group_state(admin: AdminClient, group: str) -> str:
+    d = admin.describe_consumer_groups([group], request_timeout=10)[group].result(15)
+    return str(d.state.name)
+
+
+def _group_offsets(admin: AdminClient, group: str, topic: str, partitions: int) -> dict[int, int]:
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    req = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])
+    res = admin.list_consumer_group_offsets([req], request_timeout=10)[group].result(15)
+    return {tp.partition: tp.offset for tp in res.topic_partitions}
+
+
+# --------------------------------------------------------------------------- 7. four clients
+
+
+_JS = Path(__file__).parent / "js"
+
+
+def _kafka_python_client(bootstrap: str, topic: str, count: int, go: threading.Event) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import kafka
+
+    producer = kafka.KafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, retries=1000,
+        request_timeout_ms=30_000, delivery_timeout_ms=180_000, metadata_max_age_ms=1000,
+    )  # fmt: skip
+    acked = []
+    for i in range(count):
+        if i == count // 2:
+            go.wait()
+        v = f"kafka-python-{i}".encode()
+        md = producer.send(topic, v, partition=0).get(timeout=180)
+        acked.append((v, md.offset))
+    producer.close()
+    consumer = kafka.KafkaConsumer(
+        topic, bootstrap_servers=bootstrap, group_id=f"kp-{uuid.uuid4().hex}",
+        auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=60_000,
+    )  # fmt: skip
+    consumed = []
+    for m in consumer:
+        consumed.append((m.offset, m.value))
+        if len(consumed) >= count:
+            break
+    consumer.close()
+    return acked, consumed
+
+
+def _confluent_client(bootstrap: str, topic: str, count: int, go: threading.Event) -> Any:
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+         "message.timeout.ms": 180_000, "topic.metadata.refresh.interval.ms": 1000}
+    )  # fmt: skip
+    acked = []
+    for i in range(count):
+        if i == count // 2:
+            go.wait()
+        v = f"confluent-{i}".encode()
+        out: list[Any] = []
+        producer.produce(
+            topic, v, partition=0, on_delivery=lambda e, m, out=out: out.append((e, m))
+        )
+        producer.flush(180)
+        assert out and out[0][0] is None, out
+        acked.append((v, out[0][1].offset()))
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"cf-{uuid.uuid4().hex}",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})  # fmt: skip
+    c.subscribe([topic])
+    consumed = []
+    deadline = time.monotonic() + 60
+    while len(consumed) < count and time.monotonic() < deadline:
+        for m in c.consume(100, 0.5):
+            if m.error() is None:
+                consumed.append((m.offset(), m.value()))
+    c.close()
+    return acked, consumed
+
+
+def _aiokafka_client(bootstrap: str, topic: str, count: int, go: threading.Event) -> Any:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+    async def run() -> Any:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
+            request_timeout_ms=30_000, metadata_max_age_ms=1000,
+        )  # fmt: skip
+        await producer.start()
+        acked = []
+        try:
+            for i in range(count):
+                if i == count // 2:
+                    await asyncio.to_thread(go.wait)
+                v = f"aiokafka-{i}".encode()
+                deadline = time.monotonic() + 180
+                while True:  # aiokafka gives up on a batch after request_timeout_ms
+                    try:
+                        md = await producer.send_and_wait(topic, v, partition=0)
+                        break
+                    except KafkaTimeoutError:
+                        assert time.monotonic() < deadline, "aiokafka never got its ack"
+                acked.append((v, md.offset))
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(
+            topic, bootstrap_servers=bootstrap, group_id=f"aio-{uuid.uuid4().hex}",
+            auto_offset_reset="earliest", enable_auto_commit=False,
+        )  # fmt: skip
+        await consumer.start()
+        consumed = []
+        try:
+            deadline = time.monotonic() + 60
+            while len(consumed) < count and time.monotonic() < deadline:
+                batches = await consumer.getmany(timeout_ms=500)
+                for msgs in batches.values():
+                    consumed.extend((m.offset, m.value) for m in msgs)
+        finally:
+            await consumer.stop()
+        return acked, consumed
+
+    from aiokafka.errors import KafkaTimeoutError
+
+    return asyncio.run(run())
+
+
+def test_four_clients_produce_and_consume_across_a_leader_failover(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """kafka-python, confluent-kafka, aiokafka and kafkajs each produce half their records,
+    the leader of their topics is SIGKILLed, the same producers write the other half (they
+    must find the new leader), and each library's consumer reads them all back: once each,
+    in order, at the acknowledged offsets."""
+    if not (_JS / "node_modules" / "kafkajs").is_dir():
+        real_parts.missing("kafkajs", f"npm ci --prefix {_JS} (make test does it)")
+    victim = 1
+    count = 100
+    clients = {
+        "kafka-python": _kafka_python_client,
+        "confluent": _confluent_client,
+        "aiokafka": _aiokafka_client,
+    }
+    topics = {
+        name: _topic(cluster, name, assignment=[[victim, 2, 3]]) for name in [*clients, "kafkajs"]
+    }
+    go = threading.Event()
+    go_file = tmp_path / "go"
+    results: dict[str, Any] = {}
+
+    def run(name: str) -> None:
+        try:
+            results[name] = clients[name](cluster.bootstrap, topics[name], count, go)
+        except BaseException as e:  # reported by the test thread
+            results[name] = e
+
+    threads = [threading.Thread(target=run, args=(n,), daemon=True) for n in clients]
+    js = subprocess.Popen(
+        ["node", str(_JS / "failover_client.js"), cluster.bootstrap, topics["kafkajs"],
+         str(count), str(go_file)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    real_parts.used("kafkajs", "kafkajs 2.2.4 (node)")
+    try:
+        for t in threads:
+            t.start()
+        assert js.stdout is not None
+        assert js.stdout.readline().strip() == "HALF", js.stderr.read() if js.stderr else ""
+        wait_for(
+            "every client produced half",
+            lambda: all(_hw(cluster, topics[n]) >= count // 2 for n in topics),
+            120,
+        )
+        cluster.brokers[victim].kill()
+        go.set()
+        go_file.touch()
+        for name in topics:
+            _new_leader(cluster, topics[name], 0, victim)
+        out, err = js.communicate(timeout=240)
+        assert js.returncode == 0, err
+        got = json.loads(out.strip().splitlines()[-1])
+        results["kafkajs"] = (
+            [(v.encode(), o) for v, o in got["acked"]],
+            [(o, v.encode()) for o, v in got["consumed"]],
+        )
+        for t in threads:
+            t.join(240)
+    finally:
+        go.set()
+        go_file.touch()
+        if js.poll() is None:
+            js.kill()
+        _restart(cluster, victim)
+    for name, r in results.items():
+        assert not isinstance(r, BaseException), f"{name}: {r!r}"
+        acked, consumed = r
+        assert [v for v, _ in acked] == [f"{name}-{i}".encode() for i in range(count)], name
+        assert [o for _, o in acked] == list(range(count)), f"{name}: acked offsets {acked}"
+        assert consumed == [(o, v) for v, o in acked], f"{name}: read back {consumed[:5]}..."
+    assert set(results) == set(topics)
+    for name in topics:
+        cluster.wait_healthy(topics[name], 1, 3, timeout=90)
+
+
+def _hw(cluster: Cluster, topic: str) -> int:
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "hw"})
+    try:
+        return int(c.get_watermark_offsets(TopicPartition(topic, 0), timeout=5)[1])
+    finally:
+        c.close()
