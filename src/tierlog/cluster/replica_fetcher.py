@@ -300,7 +300,12 @@ class ReplicaFetcher:
                     "truncating to %d",
                     p, int(diverging.epoch), int(diverging.end_offset), offset,
                 )  # fmt: skip
+                before = (lg.log_end_offset, lg.leader_epoch_cache.latest_epoch)
                 lg.truncate_to(offset)
+                if (lg.log_end_offset, lg.leader_epoch_cache.latest_epoch) == before:
+                    # The next fetch would be the same: back off rather than spin.
+                    log.error("follower %s: truncation to %d changed nothing", p, offset)
+                    self._delay([p], self._config.backoff_ms / 1000)
                 return
             records = whole_batches(pd.records)
             if records:
