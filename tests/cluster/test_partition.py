@@ -229,3 +229,30 @@ def test_a_trailing_partial_batch_is_left_for_the_next_fetch() -> None:
     assert bytes(whole_batches(a[:50]) or b"") == b""
     assert whole_batches(b"") == b""
     assert whole_batches(None) is None
+
+
+def test_a_replica_being_added_holds_the_high_watermark_back() -> None:
+    """KIP-497's maximal ISR: from the moment a follower is proposed for the ISR, the high
+    watermark waits for it too, so once the write lands it has every acknowledged record;
+    a shrink is not assumed before it lands."""
+    p, lg = leader(isr=(1, 2))
+    lg.log_end_offset = 10
+    p.update_follower_fetch_state(2, 10, now_ms=1)
+    assert lg.high_watermark == 10
+    p.update_follower_fetch_state(3, 10, now_ms=1)
+    p.propose_isr(frozenset({1, 2, 3}))
+    lg.log_end_offset = 20
+    p.update_follower_fetch_state(2, 20, now_ms=2)
+    assert lg.high_watermark == 10  # 3 is still at 10
+    p.update_follower_fetch_state(3, 20, now_ms=2)
+    assert lg.high_watermark == 20
+    p.update_isr((1, 2, 3), 1)
+    assert p.pending_isr is None and p.maximal_isr == {1, 2, 3}
+    # A shrink being written: the leaving member still counts until it lands.
+    p.propose_isr(frozenset({1, 2}))
+    assert p.maximal_isr == {1, 2, 3}
+    lg.log_end_offset = 30
+    p.update_follower_fetch_state(2, 30, now_ms=3)
+    assert lg.high_watermark == 20
+    p.isr_change_failed()
+    assert not p.isr_change_pending and p.maximal_isr == {1, 2, 3}
