@@ -66,7 +66,7 @@ class LinkProxy:
         self._listener = socket.socket()
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._listener.bind(("127.0.0.1", 0))
-        self._listener.listen(64)
+        self._listener.listen(256)
         self.port = int(self._listener.getsockname()[1])
         self._closed = False
         threading.Thread(target=self._accept, daemon=True, name=f"link-{self.port}").start()
@@ -93,22 +93,28 @@ class LinkProxy:
             try:
                 client, _ = self._listener.accept()
             except OSError:
-                return
-            target = self.target()
-            try:
-                if target is None:
-                    raise OSError("no broker behind the proxy")
-                upstream = socket.create_connection(target, timeout=5)
-                upstream.settimeout(None)
-            except OSError:
-                client.close()
+                if self._closed:
+                    return
+                time.sleep(0.05)  # ECONNABORTED and the like: keep listening
                 continue
-            link = _Link(client, upstream)
-            with self._lock:
-                self._conns = [c for c in self._conns if not c.closed]
-                self._conns.append(link)
-            threading.Thread(target=self._up, args=(link,), daemon=True).start()
-            threading.Thread(target=self._down, args=(link,), daemon=True).start()
+            threading.Thread(target=self._connect, args=(client,), daemon=True).start()
+
+    def _connect(self, client: socket.socket) -> None:
+        target = self.target()
+        try:
+            if target is None:
+                raise OSError("no broker behind the proxy")
+            upstream = socket.create_connection(target, timeout=5)
+            upstream.settimeout(None)
+        except OSError:
+            client.close()
+            return
+        link = _Link(client, upstream)
+        with self._lock:
+            self._conns = [c for c in self._conns if not c.closed]
+            self._conns.append(link)
+        threading.Thread(target=self._down, args=(link,), daemon=True).start()
+        self._up(link)
 
     def _up(self, link: _Link) -> None:
         while not link.closed:
@@ -131,8 +137,7 @@ class LinkProxy:
                 link.upstream.sendall(head + body)
             except OSError:
                 break
-        if not link.held:
-            link.close()
+        link.close()  # either side went away (a held link is closed by heal() otherwise)
 
     def _down(self, link: _Link) -> None:
         while not link.closed:
@@ -148,8 +153,7 @@ class LinkProxy:
                 link.client.sendall(data)
             except OSError:
                 break
-        if not link.held:
-            link.close()
+        link.close()
 
     def close(self) -> None:
         self._closed = True
