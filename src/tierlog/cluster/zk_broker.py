@@ -470,19 +470,19 @@ class ZkBroker:
             controller_epoch=self._controller_epoch_of(p),
             zk_version=p.partition_epoch,
         )
-        p.isr_change_pending = True
+        p.propose_isr(isr)
         try:
             written = await asyncio.to_thread(
                 self.zk.update_leader_and_isr, (p.topic, p.index), state
             )
         except Exception as e:
             log.warning("cannot write the ISR of %s: %s", p, e)
-            p.isr_change_pending = False
+            p.isr_change_failed()
             return False
         if written is None:
             states = await asyncio.to_thread(self.zk.get_partition_states, [(p.topic, p.index)])
             current = states.get((p.topic, p.index))
-            p.isr_change_pending = False
+            p.isr_change_failed()
             if current is not None:
                 self._apply(p.topic, p.index, current)
             return False
@@ -497,7 +497,9 @@ class ZkBroker:
 
     def expand_isr(self, partition: Partition, replica_id: int) -> None:
         log.info("follower %d caught up with %s: adding it to the ISR", replica_id, partition)
-        self._spawn(self.alter_isr(partition, partition.isr | {replica_id}))
+        isr = partition.isr | {replica_id}
+        partition.propose_isr(isr)  # counted for the high watermark from now on (KIP-497)
+        self._spawn(self.alter_isr(partition, isr))
 
     async def run_isr_expiration(self, interval_s: float) -> None:
         """Kafka's isr-expiration task: shrink ISRs every half ``replica.lag.time.max.ms``."""

@@ -873,6 +873,13 @@ class UnifiedLog(LocalLog):
             raise ValueError(f"cannot truncate {self} to a negative offset {target_offset}")
         with self._lock:
             if target_offset >= self._leo.offset:
+                # Nothing to remove from the log, but an epoch may start at its end: this
+                # broker was elected leader (the epoch assigned at its log end offset) and
+                # lost leadership before appending. That entry must go, or the follower
+                # keeps sending it as its last fetched epoch and diverges forever (Kafka's
+                # truncateTo does the same).
+                self.leader_epoch_cache.truncate_from_end(self._leo.offset)
+                self._latest_epoch = self.leader_epoch_cache.latest_epoch
                 return False
             first_base = self._segments.first_segment_base_offset
             if first_base is None or first_base > target_offset:
