@@ -22,7 +22,12 @@ serve: $(STAMP)
 cluster: $(STAMP)
 	$(BIN)/tierlog cluster --data-dir data/cluster $(ARGS)
 
-test: $(STAMP)
+# kafkajs for the integration tests (tests/integration/js), from the npm registry.
+JS_STAMP := tests/integration/js/node_modules/.package-lock.json
+$(JS_STAMP): tests/integration/js/package.json tests/integration/js/package-lock.json
+	npm ci --prefix tests/integration/js --no-audit --no-fund
+
+test: $(STAMP) $(JS_STAMP)
 	scripts/check
 
 example: $(STAMP)

@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from kazoo.exceptions import BadVersionError
+
 from tierlog.cluster.replica_assignment import (
     assign_replicas_to_brokers,
     validate_manual_assignment,
@@ -30,11 +32,14 @@ from tierlog.errors import (
     ApiError,
     InvalidPartitions,
     InvalidTopic,
+    NoReassignmentInProgress,
     TopicAlreadyExists,
     UnknownTopicOrPartition,
+    ZooKeeperClientError,
 )
 from tierlog.log.log_config import LogConfig
-from tierlog.log.log_manager import random_kafka_uuid, validate_topic_name
+from tierlog.log.partition_metadata_file import random_kafka_uuid
+from tierlog.log.topic_names import validate_topic_name
 
 if TYPE_CHECKING:
     from tierlog.cluster.zk_broker import ZkBroker
@@ -218,6 +223,92 @@ class ZkAdminManager:
             for tp in wanted:
                 results[tp] = 0 if elected(tp) else _PREFERRED_LEADER_NOT_AVAILABLE
         return results
+
+    async def alter_reassignments(
+        self, name: str, targets: Mapping[int, Sequence[int] | None]
+    ) -> dict[int, ApiError | None]:
+        """AlterPartitionReassignments for one topic (KIP-455 in ZooKeeper mode): each
+        partition's target replicas, or None to cancel. Writes the topic znode (RS = target +
+        original, ``adding_replicas``, ``removing_replicas``) with a compare-and-set; the
+        controller does the rest. Per partition None or the error: UNKNOWN_TOPIC_OR_PARTITION,
+        INVALID_REPLICA_ASSIGNMENT (unknown or repeated brokers, an empty list),
+        NO_REASSIGNMENT_IN_PROGRESS (cancelling none)."""
+        zk = self._broker.zk
+        live = self._broker.metadata.alive_broker_ids()
+        for _ in range(10):
+            current = (await asyncio.to_thread(zk.get_topic_assignments, [name])).get(name)
+            if current is None:
+                return {p: UnknownTopicOrPartition() for p in targets}
+            partitions = dict(current.partitions)
+            adding = dict(current.adding)
+            removing = dict(current.removing)
+            results: dict[int, ApiError | None] = {}
+            for p, target in targets.items():
+                if p not in partitions:
+                    results[p] = UnknownTopicOrPartition(f"{name}-{p} does not exist")
+                    continue
+                adds = set(adding.get(p, ()))
+                original = tuple(r for r in partitions[p] if r not in adds)
+                if target is None:
+                    if p not in adding and p not in removing:
+                        results[p] = NoReassignmentInProgress(
+                            f"no reassignment of {name}-{p} is in progress"
+                        )
+                        continue
+                    partitions[p] = original
+                    adding.pop(p, None)
+                    removing.pop(p, None)
+                    results[p] = None
+                    continue
+                try:
+                    validate_manual_assignment({0: list(target)}, live)
+                except ApiError as e:
+                    results[p] = e
+                    continue
+                tgt = tuple(target)
+                adding.pop(p, None)
+                removing.pop(p, None)
+                if set(tgt) == set(original):
+                    partitions[p] = tgt
+                else:
+                    partitions[p] = tgt + tuple(r for r in original if r not in tgt)
+                    if add := tuple(r for r in tgt if r not in original):
+                        adding[p] = add
+                    if rem := tuple(r for r in original if r not in tgt):
+                        removing[p] = rem
+                results[p] = None
+            new = TopicAssignment(
+                name, current.topic_id, partitions, adding, removing, current.zk_version
+            )
+            try:
+                await asyncio.to_thread(zk.set_topic_assignment, new, current.zk_version, -1)
+            except BadVersionError:
+                continue  # changed meanwhile (the controller finished one): again
+            log.info("reassignment of %s: %s", name, dict(targets))
+            return results
+        raise ZooKeeperClientError(f"the assignment of {name} keeps changing")
+
+    def ongoing_reassignments(
+        self, wanted: Mapping[str, Sequence[int]] | None
+    ) -> dict[str, dict[int, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]]:
+        """ListPartitionReassignments: topic -> partition -> (replicas, adding, removing),
+        for the partitions of ``wanted`` (None: all) with a reassignment in progress."""
+        out: dict[str, dict[int, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]] = {}
+        for t in self._broker.metadata.topics():
+            if wanted is not None and t.name not in wanted:
+                continue
+            for p in sorted(set(t.adding) | set(t.removing)):
+                if wanted is not None and wanted[t.name] and p not in wanted[t.name]:
+                    continue
+                pm = t.partitions.get(p)
+                if pm is None:
+                    continue
+                out.setdefault(t.name, {})[p] = (
+                    pm.replicas,
+                    t.adding.get(p, ()),
+                    t.removing.get(p, ()),
+                )
+        return out
 
     async def delete_topic(self, name: str) -> uuid.UUID | None:
         """Mark a topic for deletion (the controller deletes it); its id.

@@ -38,6 +38,8 @@ CREATE_TOPICS = 19
 DELETE_TOPICS = 20
 CREATE_PARTITIONS = 37
 ELECT_LEADERS = 43
+ALTER_PARTITION_REASSIGNMENTS = 45
+LIST_PARTITION_REASSIGNMENTS = 46
 ELECTION_NOT_NEEDED = 84
 TOPIC_DELETION_DISABLED = 73
 
@@ -240,3 +242,89 @@ def handle_elect_leaders(apis: KafkaApis, ev: Request) -> Any:
         return response(await admin.elect_preferred_leaders(wanted, _timeout_ms(req)))
 
     return respond()
+
+
+def _no_cluster(apis: KafkaApis, api_key: int, ev: Request, fields: dict[str, Any]) -> Any:
+    return build(
+        response_class(api_key, ev.api_version),
+        {
+            "throttle_time": 0,
+            "error_code": InvalidRequest.error_code,
+            "error_message": "a single node has no replicas to move",
+            **fields,
+        },
+    )
+
+
+def handle_alter_partition_reassignments(apis: KafkaApis, ev: Request) -> Any:
+    """AlterPartitionReassignments (45): KIP-455 reassignments through ZooKeeper."""
+    req = ev.request
+    admin = apis.admin
+    if admin is None:
+        return _no_cluster(apis, ALTER_PARTITION_REASSIGNMENTS, ev, {"responses": []})
+
+    async def respond() -> Any:
+        responses = []
+        for t in req.topics:
+            targets = {
+                int(p.partition_index): None if p.replicas is None else [int(r) for r in p.replicas]
+                for p in t.partitions
+            }
+            results = await admin.alter_reassignments(t.name, targets)
+            responses.append(
+                {
+                    "name": t.name,
+                    "partitions": [
+                        {
+                            "partition_index": p,
+                            "error_code": 0 if e is None else e.error_code,
+                            "error_message": None if e is None else e.message,
+                        }
+                        for p, e in results.items()
+                    ],
+                }
+            )
+        return build(
+            response_class(ALTER_PARTITION_REASSIGNMENTS, ev.api_version),
+            {"throttle_time": 0, "error_code": 0, "error_message": None, "responses": responses},
+        )
+
+    return respond()
+
+
+def handle_list_partition_reassignments(apis: KafkaApis, ev: Request) -> Any:
+    """ListPartitionReassignments (46): the reassignments in progress (replicas, adding,
+    removing), from the metadata."""
+    req = ev.request
+    admin = apis.admin
+    if admin is None:
+        return _no_cluster(apis, LIST_PARTITION_REASSIGNMENTS, ev, {"topics": []})
+    wanted = (
+        None
+        if req.topics is None
+        else {t.name: [int(p) for p in t.partition_indexes] for t in req.topics}
+    )
+    ongoing = admin.ongoing_reassignments(wanted)
+    return build(
+        response_class(LIST_PARTITION_REASSIGNMENTS, ev.api_version),
+        {
+            "throttle_time": 0,
+            "error_code": 0,
+            "error_message": None,
+            "topics": [
+                {
+                    "name": t,
+                    "partitions": [
+                        {
+                            "partition_index": p,
+                            "replicas": list(r),
+                            "adding_replicas": list(a),
+                            "removing_replicas": list(rm),
+                        }
+                        for p, (r, a, rm) in ps.items()
+                    ],
+                }
+                for t, ps in ongoing.items()
+            ],
+        },
+    )
