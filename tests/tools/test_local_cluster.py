@@ -111,7 +111,9 @@ def test_make_cluster_serves_replicated_topics_and_ctrl_c_stops_everything(tmp_p
     try:
         bootstrap = launcher.wait_for(r"bootstrap\.servers=(\S+)").group(1)
         zk = launcher.wait_for(r"zookeeper\.connect=(\S+)").group(1)
-        real_parts.used("ZooKeeper", f"{zookeeper_server.ZOOKEEPER_JAR} via tierlog cluster")
+        real_parts.used(
+            "tierlog cluster", f"ZooKeeper ({zookeeper_server.ZOOKEEPER_JAR}) and 3 brokers"
+        )
         assert zk.endswith("/tierlog")  # Kafka's chroot, as a real cluster would use
         assert len(bootstrap.split(",")) == 3
         pids = _pids("\n".join(launcher.lines))
