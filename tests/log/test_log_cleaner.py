@@ -541,7 +541,7 @@ def test_crash_while_writing_the_cleaned_segment(tmp_path: Path, clock: Clock, m
     from tierlog.log import cleaner as cleaner_module
 
     image = tmp_path / "image" / "my-topic-0"
-    real_flush = cleaner_module._SegmentWriter.flush
+    real_flush = cleaner_module.SegmentWriter.flush
     flushes = []
 
     def die(self):
@@ -551,7 +551,7 @@ def test_crash_while_writing_the_cleaned_segment(tmp_path: Path, clock: Clock, m
             shutil.copytree(log_dir, image)
             raise Crash("writing")
 
-    monkeypatch.setattr(cleaner_module._SegmentWriter, "flush", die)
+    monkeypatch.setattr(cleaner_module.SegmentWriter, "flush", die)
     with pytest.raises(Crash):
         clean_once(log, clock.now)
     monkeypatch.undo()

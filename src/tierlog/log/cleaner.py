@@ -73,7 +73,7 @@ from tierlog.records.record_batch import (
 )
 from tierlog.records.record_keys import read_keys
 
-__all__ = ["Cleaner", "CleanerStats"]
+__all__ = ["Cleaner", "CleanerStats", "SegmentWriter", "empty_batch_of", "read_batches"]
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ class CleanerStats:
         return (end - self.start_ns) / 1e9
 
 
-def _read_batches(
+def read_batches(
     records: FileRecords, start: int, buffer_size: int, max_message_size: int
 ) -> Iterator[tuple[bytes, RecordBatchHeader]]:
     """(chunk, header) for every batch of ``records`` from byte ``start``; the header's
@@ -183,10 +183,14 @@ class Cleaner:
         end_offset = self.offset_map.latest_offset + 1
         snapshot = lg.segments.snapshot()
         active = snapshot.segments[-1] if snapshot.segments else None
+        # A tiered log: the segments already copied to remote storage are left as they are
+        # (a merged group would straddle what is remote and what is not); the remote
+        # compactor rewrites their remote copies (see tierlog.tiered.remote_log_compactor).
+        tiered_until = lg.highest_offset_in_remote_storage if lg.remote_log_enabled else -1
         segments = [
             s
             for s in snapshot.values_between(0, end_offset)
-            if s is not active and s.base_offset < upper_bound
+            if s is not active and tiered_until < s.base_offset < upper_bound
         ]
         groups = self.group_segments_by_size(
             segments,
@@ -195,8 +199,13 @@ class Cleaner:
             upper_bound,
             snapshot.segments,
         )
+        # A tiered log keeps its tombstones: older values of their keys may be in remote
+        # segments, which only the remote compactor rewrites (it drops them).
+        drop_tombstones = not lg.remote_log_enabled
         for group in groups:
-            self.clean_segments(lg, tp, group, current_time, stats, upper_bound)
+            self.clean_segments(
+                lg, tp, group, current_time, stats, upper_bound, drop_tombstones=drop_tombstones
+            )
         stats.buffer_utilization = self.offset_map.utilization
         stats.end_ns = time.monotonic_ns()
         log.info(
@@ -242,7 +251,7 @@ class Cleaner:
         max_desired = int(offset_map.slots * self.dup_buffer_load_factor)
         position = segment.offset_index.lookup(start).position
         read = 0
-        for chunk, header in _read_batches(
+        for chunk, header in read_batches(
             segment.log, position, self.io_buffer_size, self.max_io_buffer_size
         ):
             if header.position == 0:
@@ -339,9 +348,12 @@ class Cleaner:
         current_time: int,
         stats: CleanerStats,
         upper_bound_offset_of_round: int,
+        *,
+        drop_tombstones: bool = True,
     ) -> None:
         """Clean a group into one ``.cleaned`` segment and swap it in (Kafka's
-        ``cleanSegments``)."""
+        ``cleanSegments``); without ``drop_tombstones`` every tombstone stays, its delete
+        horizon passed or not."""
         config = lg.config
         cleaned = LogSegment.open(
             lg.dir,
@@ -354,23 +366,24 @@ class Cleaner:
         try:
             active_producers = lg.last_records_of_active_producers()
             delete_retention_ms = int(config.get("delete.retention.ms"))
-            writer = _SegmentWriter(cleaned, self.throttler, stats)
+            writer = SegmentWriter(cleaned, self.throttler, stats)
             last_dropped: RecordBatchHeader | None = None
             for segment in segments:
-                last_dropped = self._clean_into(
+                last_dropped = self.clean_into(
                     tp,
-                    segment,
+                    segment.log,
                     writer,
                     active_producers,
                     upper_bound_offset_of_round,
                     delete_retention_ms,
                     current_time,
                     stats,
+                    drop_tombstones=drop_tombstones,
                 )
             if last_dropped is not None:
                 # Keep the group's last batch, emptied: the cleaned segment ends where its
                 # group ended (see the module docstring).
-                writer.write(_empty_batch_of(last_dropped), last_dropped)
+                writer.write(empty_batch_of(last_dropped), last_dropped)
             writer.flush()
             cleaned.on_become_inactive_segment()
             cleaned.flush()
@@ -395,26 +408,28 @@ class Cleaner:
             # else: a rename failed mid-swap; loading the log completes or undoes it.
             raise
 
-    def _clean_into(
+    def clean_into(
         self,
         tp: TopicPartition,
-        segment: LogSegment,
-        writer: _SegmentWriter,
+        records: FileRecords,
+        writer: SegmentWriter,
         active_producers: Mapping[int, tuple[int, int]],
         upper_bound_offset_of_round: int,
         delete_retention_ms: int,
         current_time: int,
         stats: CleanerStats,
+        *,
+        drop_tombstones: bool = True,
     ) -> RecordBatchHeader | None:
-        """Copy what stays of ``segment``'s batches to ``writer`` (Kafka's ``cleanInto``);
-        returns the header of the segment's last batch when it was dropped entirely."""
+        """Copy what stays of the batches of ``records`` (a segment's) to ``writer`` (Kafka's
+        ``cleanInto``); returns the header of the last batch when it was dropped entirely.
+
+        The remote compactor calls it too, on a downloaded remote segment."""
         offset_map = self.offset_map
         entries = offset_map._map
         latest_offset = offset_map.latest_offset
         last_dropped: RecordBatchHeader | None = None
-        for chunk, header in _read_batches(
-            segment.log, 0, self.io_buffer_size, self.max_io_buffer_size
-        ):
+        for chunk, header in read_batches(records, 0, self.io_buffer_size, self.max_io_buffer_size):
             if header.position == 0:
                 self.check_done(tp)
                 self.throttler.maybe_throttle(len(chunk))
@@ -443,7 +458,9 @@ class Cleaner:
                 last_dropped = None
                 continue
             has_horizon = bool(attributes & DELETE_HORIZON_FLAG_MASK)
-            retain_deletes = not has_horizon or current_time < header.base_timestamp
+            retain_deletes = (
+                not drop_tombstones or not has_horizon or current_time < header.base_timestamp
+            )
             offsets, keys, has_values = read_keys(chunk, header)
             stats.messages_read += len(offsets)
             kept: list[int] = []  # indexes of the records that stay
@@ -521,7 +538,7 @@ class Cleaner:
                     writer.write(builder.build(), header)
                 last_dropped = None
             elif retain_empty:
-                writer.write(_empty_batch_of(header), header)
+                writer.write(empty_batch_of(header), header)
                 last_dropped = None
             else:
                 last_dropped = header
@@ -532,7 +549,7 @@ def _slice(chunk: bytes, header: RecordBatchHeader) -> memoryview:
     return memoryview(chunk)[header.position : header.position + header.size_in_bytes]
 
 
-def _empty_batch_of(header: RecordBatchHeader) -> bytes:
+def empty_batch_of(header: RecordBatchHeader) -> bytes:
     return build_empty_batch(
         base_offset=header.base_offset,
         last_offset=header.base_offset + header.last_offset_delta,
@@ -547,7 +564,7 @@ def _empty_batch_of(header: RecordBatchHeader) -> bytes:
     )
 
 
-class _SegmentWriter:
+class SegmentWriter:
     """Buffers the batches of a cleaned segment and appends them about every
     ``index.interval.bytes``, so the cleaned segment is indexed as densely as an appended one.
     Not thread-safe."""

@@ -318,6 +318,31 @@ class LogCleanerManager:
                 else:
                     self._in_progress[tp] = state - 1
 
+    def try_pause_cleaning(self, tp: TopicPartition) -> bool:
+        """Keep the cleaner off ``tp`` until :meth:`resume_cleaning`, without waiting or
+        aborting: False (nothing changed) when a clean of ``tp`` is in progress. The remote
+        log manager pauses a tiered compacted log while it copies its segments or reads them
+        for remote re-compaction (see :mod:`tierlog.tiered.remote_log_compactor`)."""
+        with self._lock:
+            state = self._in_progress.get(tp)
+            if state is None:
+                self._in_progress[tp] = 1
+                return True
+            if isinstance(state, int):
+                self._in_progress[tp] = state + 1
+                return True
+            return False
+
+    def first_dirty_offset(self, tp: TopicPartition) -> int | None:
+        """``tp``'s checkpointed first dirty offset (None: never cleaned): every offset below
+        it has been cleaned at least once."""
+        with self._lock:
+            for checkpoint in self._checkpoints.values():
+                offset = self._read(checkpoint).get(tp)
+                if offset is not None:
+                    return offset
+            return None
+
     def abort_cleaning(self, tp: TopicPartition, timeout: float | None = None) -> None:
         """Stop a clean of ``tp`` in progress (it may start again later)."""
         with self._lock:

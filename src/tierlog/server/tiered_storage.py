@@ -60,6 +60,7 @@ from tierlog.tiered.remote_log_segment_metadata import TopicIdPartition
 
 if TYPE_CHECKING:
     from tierlog.log.log import Log
+    from tierlog.log.log_cleaner_manager import LogCleanerManager
     from tierlog.log.log_manager import LogManager, TopicInfo
     from tierlog.server.kafka_config import KafkaConfig
     from tierlog.tiered.metrics import MetricsServer
@@ -261,6 +262,7 @@ class TieredStorage:
             index_cache,
             self.log_lookup,
             c.node_id,
+            cleaner_coordination=self._cleaner_manager,
         )
         if c.metrics_port:
             host = c.listeners[0].host if c.listeners and c.listeners[0].host else "127.0.0.1"
@@ -313,6 +315,11 @@ class TieredStorage:
                 lg.maybe_increment_log_start_offset(target)
 
     # ------------------------------------------------------------------ partitions
+
+    def _cleaner_manager(self) -> LogCleanerManager | None:
+        """The log cleaner's manager (compacted topics tier only once cleaned), if it runs."""
+        cleaner = self.log_manager.cleaner
+        return None if cleaner is None else cleaner.cleaner_manager
 
     def log_lookup(self, tp: TopicIdPartition) -> Log | None:
         """The partition's Log on this broker, if its topic id matches (thread-safe)."""

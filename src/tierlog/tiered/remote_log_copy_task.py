@@ -31,6 +31,7 @@ import itertools
 import logging
 import tempfile
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,6 +39,7 @@ from tierlog.errors import RemoteStorageError
 from tierlog.log import log_file_utils as lfu
 from tierlog.log.checkpoint_file import encode_leader_epoch_checkpoint
 from tierlog.log.producer_state_manager import encode_snapshot
+from tierlog.tiered.remote_log_compactor import CleanerCoordination, compacted_copy_lag_ms
 from tierlog.tiered.remote_log_segment_metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -66,6 +68,8 @@ class RLMCopyTask(RemoteLogManagerCore):
     module docstring); the manager inherits it. Thread-safe: one run per partition at a time
     (its :class:`~tierlog.tiered.remote_log_tasks._Task` lock)."""
 
+    _cleaner_coordination: Callable[[], CleanerCoordination | None]
+
     def _copy_task(self, st: _PartitionState, task: _Task) -> float | None:
         lg = self._log_lookup(st.tp)
         if lg is None or not lg.remote_log_enabled or not st.leader:
@@ -89,17 +93,64 @@ class RLMCopyTask(RemoteLogManagerCore):
         if st.copied_offset is None:
             st.copied_offset = self._find_highest_remote_offset(st.tp, lg)
             self._set_highest_remote_offset(st, lg, st.copied_offset)
-        lso = lg.last_stable_offset
-        copied = st.copied_offset
+        if not lg.config.compact:
+            self._copy_candidates(st, lg, task, self._candidates(st, lg, lg.last_stable_offset))
+            return
+        # A compacted topic: only cleaned segments old enough, the cleaner paused meanwhile
+        # (it must not merge a segment being copied with one that is not).
+        coordination = self._cleaner_coordination()
+        if coordination is None:
+            self._set_lag_metrics(st, [])
+            return
+        ktp = (st.tp.topic, st.tp.partition)
+        if not self._compacted_candidates(st, lg, coordination):
+            self._set_lag_metrics(st, [])
+            return
+        if not coordination.try_pause_cleaning(ktp):
+            return  # a clean in progress: the next run copies
+        try:
+            self._copy_candidates(st, lg, task, self._compacted_candidates(st, lg, coordination))
+        finally:
+            coordination.resume_cleaning([ktp])
+
+    def _compacted_candidates(
+        self, st: _PartitionState, lg: Log, coordination: CleanerCoordination
+    ) -> list[tuple[LogSegment, int]]:
+        first_dirty = coordination.first_dirty_offset((st.tp.topic, st.tp.partition))
+        if first_dirty is None:
+            return []
+        horizon = self._time_ms() - compacted_copy_lag_ms(lg.config)
+        out = []
+        for segment, next_base in self._candidates(st, lg, min(lg.last_stable_offset, first_dirty)):
+            if segment.largest_timestamp > horizon:
+                break  # oldest first: the next ones wait too
+            out.append((segment, next_base))
+        return out
+
+    @staticmethod
+    def _candidates(st: _PartitionState, lg: Log, upper: int) -> list[tuple[LogSegment, int]]:
+        """Rolled segments from the highest copied offset whose successor starts at or below
+        ``upper`` (the last stable offset), with that successor's base offset."""
+        copied = st.copied_offset if st.copied_offset is not None else -1
         candidates: list[tuple[LogSegment, int]] = []
-        if lso > 0 and copied < lso:
+        if upper > 0 and copied < upper:
             from_offset = max(copied + 1, lg.log_start_offset)
             segments = lg.segments.values()
             for prev, nxt in itertools.pairwise(segments):
                 if nxt.base_offset <= from_offset:
                     continue  # prev holds nothing at or above from_offset
-                if nxt.base_offset <= lso:
+                if nxt.base_offset <= upper:
                     candidates.append((prev, nxt.base_offset))
+        return candidates
+
+    @staticmethod
+    def _set_lag_metrics(st: _PartitionState, candidates: list[tuple[LogSegment, int]]) -> None:
+        st.metrics.copy_lag_bytes.set(sum(s.size for s, _ in candidates))
+        st.metrics.copy_lag_segments.set(len(candidates))
+
+    def _copy_candidates(
+        self, st: _PartitionState, lg: Log, task: _Task, candidates: list[tuple[LogSegment, int]]
+    ) -> None:
         lag_bytes = sum(s.size for s, _ in candidates)
         lag_segments = len(candidates)
         st.metrics.copy_lag_bytes.set(lag_bytes)

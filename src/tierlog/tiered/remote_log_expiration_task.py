@@ -95,6 +95,8 @@ class RLMExpirationTask(RemoteLogManagerCore):
         if lg is None or not st.leader:
             return None
         self._cleanup_expired_remote_log_segments(st, lg, task)
+        if lg.config.compact and not task.cancelled.is_set():
+            self._compact_remote_log(st, lg, task)
         return None
 
     def _cleanup_expired_remote_log_segments(

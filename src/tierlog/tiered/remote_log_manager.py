@@ -40,6 +40,7 @@ from tierlog.log.log_segment import wall_clock_ms
 from tierlog.tiered.metrics import PartitionMetrics, RemoteStorageMetrics
 from tierlog.tiered.quota import TokenBucket
 from tierlog.tiered.remote_index_cache import RemoteIndexCache
+from tierlog.tiered.remote_log_compactor import CleanerCoordination, RLMCompactor
 from tierlog.tiered.remote_log_copy_task import RLMCopyTask
 from tierlog.tiered.remote_log_expiration_task import RLMExpirationTask
 from tierlog.tiered.remote_log_metadata_manager import RemoteLogMetadataManager
@@ -73,7 +74,7 @@ _S = RemoteLogSegmentState
 # ====================================================================== the manager
 
 
-class RemoteLogManager(RLMCopyTask, RLMExpirationTask, RemoteLogReads):
+class RemoteLogManager(RLMCopyTask, RLMExpirationTask, RLMCompactor, RemoteLogReads):
     """Kafka's RemoteLogManager (see the module docstring). Thread-safe.
 
     The read side (:meth:`read`, :meth:`read_async`, :meth:`read_many`,
@@ -91,6 +92,9 @@ class RemoteLogManager(RLMCopyTask, RLMExpirationTask, RemoteLogReads):
         metrics: where to count (a fresh :class:`RemoteStorageMetrics` by default).
         start_scheduler: False runs no periodic task; call :meth:`run_copy`,
             :meth:`run_expiration`, :meth:`run_follower` (tests, tools).
+        cleaner_coordination: the log cleaner's manager, when the broker runs one: compacted
+            topics are copied only once cleaned, and re-compacted remotely (see
+            :mod:`.remote_log_compactor`); without it their segments are not copied.
     """
 
     def __init__(
@@ -105,6 +109,7 @@ class RemoteLogManager(RLMCopyTask, RLMExpirationTask, RemoteLogReads):
         time_ms: Callable[[], int] = wall_clock_ms,
         metrics: RemoteStorageMetrics | None = None,
         start_scheduler: bool = True,
+        cleaner_coordination: Callable[[], CleanerCoordination | None] | None = None,
     ) -> None:
         self.config = config
         self.rsm = rsm
@@ -133,6 +138,7 @@ class RemoteLogManager(RLMCopyTask, RLMExpirationTask, RemoteLogReads):
         self._lock = threading.RLock()
         self._partitions: dict[TopicIdPartition, _PartitionState] = {}
         self._closed = False
+        self._cleaner_coordination = cleaner_coordination or _no_cleaner
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -336,6 +342,10 @@ class RemoteLogManager(RLMCopyTask, RLMExpirationTask, RemoteLogReads):
     def _partition_metrics(self, tp: TopicIdPartition) -> PartitionMetrics:
         st = self._state(tp)
         return st.metrics if st is not None else self.metrics.partition(tp)
+
+
+def _no_cleaner() -> CleanerCoordination | None:
+    return None
 
 
 __all__ = [

@@ -67,6 +67,9 @@ class RemoteLogManagerConfig:
     remote_log_manager_task_retry_backoff_ms: int = 500
     remote_log_manager_task_retry_backoff_max_ms: int = 30_000
     remote_log_manager_task_retry_jitter: float = 0.2
+    #: tierlog: offset map memory of a remote re-compaction pass (one pass at a time per
+    #: partition; see remote_log_compactor).
+    remote_log_compaction_dedupe_buffer_size: int = 32 * 1024 * 1024
 
     @classmethod
     def from_broker_config(cls, config: object) -> RemoteLogManagerConfig:
@@ -243,6 +246,8 @@ class _PartitionState:
     copy_failures: int = 0
     tasks: list[_Task] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: What other parts keep per partition (the remote compactor's pass state).
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class _CopyAborted(Exception):
@@ -265,6 +270,12 @@ class RemoteLogManagerCore:
     broker_id: int
     _log_lookup: Callable[[TopicIdPartition], Log | None]
     _time_ms: Callable[[], int]
+
+    def _state(self, tp: TopicIdPartition) -> _PartitionState | None:
+        raise NotImplementedError
+
+    def _compact_remote_log(self, st: _PartitionState, lg: Log, task: _Task) -> None:
+        raise NotImplementedError
 
     def _finished_in_lineage(
         self, tp: TopicIdPartition, lg: Log, lineage: Mapping[int, int]
