@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
+import urllib.request
 from typing import Any
 
 from tests.integration.clients import cf_create_topic
@@ -161,3 +162,39 @@ def test_sigkill_during_a_remote_swap_converges(tiered_env):
     rc, out = verify(b, topic)
     assert rc == 0, out
     _check_latest(_read_all(b, topic), sent + more)
+
+
+def test_cleaner_metrics_on_the_metrics_endpoint(tiered_broker, unique):
+    b = tiered_broker
+    topic = f"compacted-metrics-{unique}"
+    cf_create_topic(b.bootstrap, topic, 1, **_configs())
+    produce(b.bootstrap, topic, _updates(range(30)))
+
+    def scrape() -> dict[str, float]:
+        url = f"http://127.0.0.1:{b.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            text = r.read().decode()
+        return {
+            name: float(value)
+            for name, value in (
+                line.rsplit(" ", 1) for line in text.splitlines() if line.startswith("kafka_log_")
+            )
+        }
+
+    # A round over this topic keeps 100 of 3,000 records: the recopy share is then above 0
+    # and at most a few percent (it only ever reflects the threads' last rounds).
+    got = wait_until(
+        lambda: (m := scrape()).get("kafka_log_LogCleaner_cleaner_recopy_percent", 0) > 0 and m,
+        timeout=90,
+        what="a cleaner round in the metrics",
+    )
+    for name in (
+        "kafka_log_LogCleaner_max_buffer_utilization_percent",
+        "kafka_log_LogCleaner_max_clean_time_secs",
+        "kafka_log_LogCleanerManager_max_dirty_percent",
+        "kafka_log_LogCleanerManager_time_since_last_run_ms",
+    ):
+        assert name in got, name
+    assert got["kafka_log_LogCleaner_DeadThreadCount"] == 0
+    counts = [v for k, v in got.items() if "uncleanable_partitions_count" in k]
+    assert counts == [0]

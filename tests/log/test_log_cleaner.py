@@ -607,6 +607,60 @@ def test_log_cleaner_threads_compact_and_checkpoint(tmp_path: Path, clock: Clock
     log.close()
 
 
+def test_cleaner_metrics_have_kafka_names(tmp_path: Path, clock: Clock) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from tierlog.log.cleaner_metrics import register_cleaner_metrics
+
+    log = Log.open(tmp_path / "my-topic-0", compact_config(), time_ms=clock)
+    for i in range(200):
+        append(log, [(b"k%d" % (i % 4), b"%d" % i)], clock.now)
+    log.roll()
+    cleaner = LogCleaner(
+        CleanerConfig(num_threads=1, dedupe_buffer_size=1 << 20, backoff_ms=60_000),
+        [tmp_path],
+        lambda: {TP: log},
+        time_ms=clock,
+    )
+    registry = CollectorRegistry()
+    running: list[LogCleaner] = []
+    register_cleaner_metrics(registry, lambda: running[0] if running else None)
+    assert b"LogCleaner" not in generate_latest(registry)  # no cleaner: no series
+    running.append(cleaner)
+    cleaner.startup()
+    try:
+        assert cleaner.await_rounds(1, timeout=60)
+    finally:
+        cleaner.shutdown()
+    # The last look for work found the log clean; the metric is the last look's (Kafka's).
+    for i in range(200):
+        append(log, [(b"k%d" % (i % 4), b"%d" % i)], clock.now)
+    log.roll()
+    manager = cleaner.cleaner_manager
+    grabbed = manager.grab_filthiest_compacted_log()
+    assert grabbed is not None
+    manager.done_cleaning(TP, tmp_path, grabbed.first_dirty_offset)
+    manager.mark_partition_uncleanable(TP)
+    clock.now += 5000
+    values = {}
+    for line in generate_latest(registry).decode().splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+    p, m = "kafka_log_LogCleaner_", "kafka_log_LogCleanerManager_"
+    # 200 records on 4 keys: the map held 4 of its slots; 4 of 200 records were kept.
+    assert 0 < values[p + "cleaner_recopy_percent"] < 10
+    assert values[p + "max_buffer_utilization_percent"] == 0  # 4 of 43,690 slots
+    assert values[p + "max_clean_time_secs"] >= 0
+    assert values[p + "DeadThreadCount"] == 0
+    assert values[m + "max_dirty_percent"] == int(100 * grabbed.cleanable_ratio) > 90
+    assert values[m + "time_since_last_run_ms"] == 5000
+    labels = f'{{logDirectory="{tmp_path}"}}'
+    assert values[m + "uncleanable_partitions_count" + labels] == 1
+    assert values[m + "uncleanable_bytes" + labels] == log.segments.size_in_bytes()
+    log.close()
+
+
 def test_log_manager_runs_the_cleaner_and_aborts_it_on_delete(tmp_path: Path) -> None:
     lm = LogManager(
         [tmp_path / "logs"],

@@ -157,6 +157,8 @@ class Cleaner:
         self.throttler = throttler or Throttler(float("inf"))
         self.check_done = check_done
         self.time_ms = time_ms
+        #: The statistics of the last round that finished (the cleaner metrics read them).
+        self.last_stats: CleanerStats | None = None
 
     # ------------------------------------------------------------------ a round
 

@@ -232,6 +232,7 @@ class TieredStorage:
             RemoteStorageError: the metadata manager could not load a partition.
             OSError: a cache directory or the metrics port cannot be used.
         """
+        from tierlog.log.cleaner_metrics import register_cleaner_metrics
         from tierlog.tiered.metrics import start_metrics_server
         from tierlog.tiered.remote_index_cache import DIR_NAME, RemoteIndexCache
         from tierlog.tiered.remote_log_manager import RemoteLogManager, RemoteLogManagerConfig
@@ -264,6 +265,8 @@ class TieredStorage:
             c.node_id,
             cleaner_coordination=self._cleaner_manager,
         )
+        # The log cleaner's gauges are served by the same endpoint.
+        register_cleaner_metrics(self.rlm.metrics.registry, lambda: self.log_manager.cleaner)
         if c.metrics_port:
             host = c.listeners[0].host if c.listeners and c.listeners[0].host else "127.0.0.1"
             self.metrics_server = start_metrics_server(
