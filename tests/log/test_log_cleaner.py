@@ -708,3 +708,65 @@ def test_cleanable_offsets_reset_an_invalid_checkpoint(open_log, clock: Clock) -
     offsets = cleanable_offsets(log, 10_000, clock.now)
     assert offsets.first_dirty_offset == 0 and offsets.force_update_checkpoint
     assert CleanerStats().bytes_read == 0
+
+
+@pytest.mark.slow
+def test_a_million_updates_of_100_keys_compact_to_100_plus_the_dirty_ratio(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """1,000,000 updates of 100 keys, appended while the cleaner threads run (Kafka's
+    default min.cleanable.dirty.ratio 0.5, 1 MiB segments): once the cleaner has nothing
+    left to do, the cleaned part holds one record per key and the rest is what the dirty
+    ratio (or the active segment) leaves uncleaned."""
+    ratio = 0.5
+    log = Log.open(
+        tmp_path / "my-topic-0",
+        compact_config(segment_bytes=1 << 20, min_cleanable_dirty_ratio=ratio),
+        time_ms=clock,
+    )
+    cleaner = LogCleaner(
+        CleanerConfig(num_threads=1, dedupe_buffer_size=1 << 20, backoff_ms=50),
+        [tmp_path],
+        lambda: {TP: log},
+        time_ms=clock,
+    )
+    latest: dict[bytes, bytes] = {}
+    cleaner.startup()
+    try:
+        for j in range(1000):
+            items = [
+                (b"key-%03d" % (i % 100), b"update-%08d" % (j * 1000 + i)) for i in range(1000)
+            ]
+            append(log, items, clock.now)  # type: ignore[arg-type]
+            latest.update(items)
+        # Stable: two whole rounds after the last append found nothing (the checkpoint
+        # did not move between them).
+        manager = cleaner.cleaner_manager
+        before: int | None = -1
+        while True:
+            assert cleaner.await_rounds(cleaner.rounds + 2, timeout=120)
+            now = manager.first_dirty_offset(TP)
+            if now == before:
+                break
+            before = now
+    finally:
+        cleaner.shutdown()
+    assert log.log_end_offset == 1_000_000
+    first_dirty = manager.first_dirty_offset(TP)
+    assert first_dirty is not None
+    recs = records(log)
+    clean = [r for r in recs if r[0] < first_dirty]
+    dirty = [r for r in recs if r[0] >= first_dirty]
+    assert len(clean) == len({k for _, k, _ in clean}) <= 100  # one record per key
+    # What stays dirty is below the ratio (or the active segment, never cleaned).
+    dirty_bytes = sum(s.size for s in log.segments.values() if s.base_offset >= first_dirty)
+    active = log.active_segment
+    assert dirty_bytes <= ratio * log.segments.size_in_bytes() or (
+        first_dirty >= active.base_offset
+    )
+    assert len(recs) <= 100 + len(dirty) and len(recs) < 1_000_000 * 0.1
+    assert {k: v for _, k, v in recs} == latest
+    size = log.segments.size_in_bytes()
+    print(f"1M updates of 100 keys: {len(recs)} records left ({len(clean)} cleaned, "
+          f"{len(dirty)} dirty from {first_dirty}), {size} bytes")  # fmt: skip
+    log.close()
