@@ -43,11 +43,9 @@ are and no batch is treated as aborted.
 from __future__ import annotations
 
 import logging
-import operator
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from itertools import compress, repeat
 
 from tierlog.errors import CorruptRecordError, LogCleaningAbortedError
 from tierlog.log import log_file_utils as lfu
@@ -55,7 +53,7 @@ from tierlog.log.file_records import FileRecords
 from tierlog.log.log import Log
 from tierlog.log.log_cleaner_manager import LogToClean
 from tierlog.log.log_segment import LogSegment, wall_clock_ms
-from tierlog.log.offset_map import DIGEST_SIZE, SkimpyOffsetMap, key_digest
+from tierlog.log.offset_map import SkimpyOffsetMap
 from tierlog.log.throttler import Throttler
 from tierlog.records.default_records import RecordBatchBuilder, build_empty_batch, read_records
 from tierlog.records.record_batch import (
@@ -71,7 +69,7 @@ from tierlog.records.record_batch import (
     RecordBatchHeader,
     iter_headers,
 )
-from tierlog.records.record_keys import read_keys
+from tierlog.records.record_keys import read_section_keys, records_section
 
 __all__ = ["Cleaner", "CleanerStats", "SegmentWriter", "empty_batch_of", "read_batches"]
 
@@ -80,8 +78,6 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 
 _INT32_MAX = 2**31 - 1
-#: The default of dict.get for every key of a batch (endless: map() stops at the keys' end).
-_MINUS_ONES = repeat(-1)
 
 
 @dataclass(slots=True)
@@ -248,8 +244,8 @@ class Cleaner:
         stats: CleanerStats,
     ) -> bool:
         offset_map = self.offset_map
-        # The map's dict, filled inline: this loop runs once per record of the dirty section.
-        entries = offset_map._map
+        # The table, called directly: this loop runs once per batch of the dirty section.
+        table = offset_map.table
         max_desired = int(offset_map.slots * self.dup_buffer_load_factor)
         position = segment.offset_index.lookup(start).position
         read = 0
@@ -266,30 +262,25 @@ class Cleaner:
             if header.base_offset >= next_segment_start:
                 break
             if not header.attributes & CONTROL_FLAG_MASK:
-                offsets, keys, _ = read_keys(chunk, header)
-                stats.map_messages_read += len(offsets)
-                if len(entries) + len(offsets) < max_desired and offsets and offsets[0] >= start:
-                    # Room for the whole batch: the common case, at C speed when every key
-                    # is its own digest.
-                    present: list[bytes]
-                    if None in keys:
-                        present = [k for k in keys if k is not None]
-                        at = [o for k, o in zip(keys, offsets, strict=True) if k is not None]
-                    else:
-                        present = keys  # type: ignore[assignment]  # no None in it
-                        at = offsets
-                    if max(map(len, present), default=0) <= DIGEST_SIZE:
-                        entries.update(zip(present, at, strict=True))
-                    else:
-                        entries.update(zip(map(key_digest, present), at, strict=True))
+                data, pos, end = records_section(chunk, header, False)
+                count = header.records_count
+                if len(table) + count < max_desired:
+                    # Room for the whole batch: the common case, one call.
+                    stats.map_messages_read += table.map_batch(
+                        data, pos, end, count, header.base_offset, header.position, start
+                    )
                 else:
+                    offsets, keys, _ = read_section_keys(
+                        data, pos, end, count, header.base_offset, header.position
+                    )
+                    stats.map_messages_read += len(offsets)
                     for offset, key in zip(offsets, keys, strict=True):
                         if key is not None and offset >= start:
-                            if len(entries) >= max_desired:
+                            if len(table) >= max_desired:
                                 # Kafka's put moves latestOffset: the map ends at the last put.
                                 stats.map_bytes_read += read
                                 return True
-                            entries[key if len(key) <= DIGEST_SIZE else key_digest(key)] = offset
+                            table.put(key, offset)
                             offset_map.update_latest_offset(offset)
             offset_map.update_latest_offset(last_offset)
         stats.map_bytes_read += read
@@ -428,7 +419,7 @@ class Cleaner:
 
         The remote compactor calls it too, on a downloaded remote segment."""
         offset_map = self.offset_map
-        entries = offset_map._map
+        table = offset_map.table
         latest_offset = offset_map.latest_offset
         last_dropped: RecordBatchHeader | None = None
         for chunk, header in read_batches(records, 0, self.io_buffer_size, self.max_io_buffer_size):
@@ -463,51 +454,25 @@ class Cleaner:
             retain_deletes = (
                 not drop_tombstones or not has_horizon or current_time < header.base_timestamp
             )
-            offsets, keys, has_values = read_keys(chunk, header)
-            stats.messages_read += len(offsets)
-            kept: list[int] = []  # indexes of the records that stay
-            contains_tombstones = False
-            if (
-                offsets
-                and offsets[-1] <= latest_offset
-                and None not in keys
-                and max(map(len, keys)) <= DIGEST_SIZE  # type: ignore[arg-type]
-            ):
-                # The common case, as list operations: every record is covered by the map,
-                # has a key that is its own digest; tombstones are looked at only if any.
-                # offset >= map[key] for every record, in C: map(), operator.ge, compress().
-                mapped = map(entries.get, keys, _MINUS_ONES)  # type: ignore[arg-type]
-                stays = list(map(operator.ge, offsets, mapped))  # type: ignore[arg-type]
-                kept = list(compress(range(len(offsets)), stays)) if True in stays else []
-                if kept and False in has_values:
-                    contains_tombstones = any(not has_values[i] for i in kept)
-                    if not retain_deletes:
-                        kept = [i for i in kept if has_values[i]]
-                        contains_tombstones = False
-                offsets_to_check: list[int] = []
+            data, pos, end = records_section(chunk, header, False)
+            count = header.records_count
+            stats.messages_read += count
+            filtered, tombstones, later_tombstone, invalid = table.filter_batch(
+                data, pos, end, count, header.base_offset, header.position, latest_offset
+            )
+            stats.invalid_messages += invalid
+            if tombstones and not retain_deletes:
+                dropped = set(tombstones)
+                kept = [i for i in (range(count) if filtered is None else filtered)
+                        if i not in dropped]  # fmt: skip
+                contains_tombstones = later_tombstone
             else:
-                offsets_to_check = offsets
-            for i, offset in enumerate(offsets_to_check):
-                if offset > latest_offset:
-                    kept.append(i)
-                    if not has_values[i]:
-                        contains_tombstones = True
-                    continue
-                key = keys[i]
-                if key is None:
-                    stats.invalid_messages += 1
-                    continue
-                found = entries.get(key if len(key) <= DIGEST_SIZE else key_digest(key), -1)
-                if offset >= found:
-                    if has_values[i]:
-                        kept.append(i)
-                    elif retain_deletes:
-                        kept.append(i)
-                        contains_tombstones = True
+                kept = list(range(count)) if filtered is None else filtered
+                contains_tombstones = later_tombstone or bool(tombstones)
             if kept:
                 stats.messages_written += len(kept)
                 need_horizon = contains_tombstones and not has_horizon
-                if len(kept) == len(offsets) and not need_horizon:
+                if len(kept) == count and not need_horizon:
                     writer.write(_slice(chunk, header), header)
                 else:
                     all_records = read_records(chunk, header)

@@ -365,7 +365,7 @@ class RLMCompactor(RemoteLogManagerCore):
     ) -> bool:
         """Map the keys of the local records in [start, end) (later wins); True when the map
         filled up."""
-        entries = cleaner.offset_map._map
+        table = cleaner.offset_map.table
         full = False
         for segment in lg.segments.values_between(start, end):
             for chunk, header in read_batches(
@@ -381,17 +381,16 @@ class RLMCompactor(RemoteLogManagerCore):
                 for offset, key in zip(offsets, keys, strict=True):
                     if key is None or not start <= offset < end:
                         continue
-                    digest = key_digest(key)
-                    if digest not in entries and self._room(cleaner) <= 0:
+                    if table.get(key) < 0 and self._room(cleaner) <= 0:
                         full = True
                         continue
-                    entries[digest] = offset
+                    table.put(key, offset)
         return full
 
     def _map_remote(self, cleaner: Cleaner, r: _Remote, full: bool, stats: CleanerStats) -> bool:
         """Count what is dead in ``r`` against the map of later data, then add its keys the
         map does not have yet; True when the map filled up."""
-        entries = cleaner.offset_map._map
+        table = cleaner.offset_map.table
         now = self._time_ms()
         own: dict[bytes, tuple[int, bool, bool]] = {}  # digest -> offset, tombstone, expired
         for chunk, header in read_batches(
@@ -413,16 +412,17 @@ class RLMCompactor(RemoteLogManagerCore):
                 if digest in own:
                     r.dead += 1  # an earlier record of a key this segment has again
                 own[digest] = (offset, not has_value, expired)
+        # (A digest is its own digest: the table takes them as keys.)
         for digest, (offset, tombstone, expired) in own.items():
-            if digest in entries:
+            if table.get(digest) >= 0:
                 r.dead += 1
             elif tombstone and expired:
                 r.expired_tombstones += 1
                 if not full and self._room(cleaner) > 0:
-                    entries[digest] = offset
+                    table.put(digest, offset)
             elif not full:
                 if self._room(cleaner) > 0:
-                    entries[digest] = offset
+                    table.put(digest, offset)
                 else:
                     full = True
         return full

@@ -1,0 +1,34 @@
+"""Type stubs of the C twin of tierlog.log.offset_map.DictTable (see _offset_map.c)."""
+
+_Buffer = bytes | bytearray | memoryview
+
+class OffsetMap:
+    def __init__(self, slots: int) -> None: ...
+    def put(self, key: bytes, offset: int, /) -> None: ...
+    def get(self, key: bytes, /) -> int: ...
+    def clear(self) -> None: ...
+    def __len__(self) -> int: ...
+    def map_batch(
+        self,
+        data: _Buffer,
+        pos: int,
+        end: int,
+        count: int,
+        base_offset: int,
+        position: int,
+        start: int,
+        /,
+    ) -> int: ...
+    def filter_batch(
+        self,
+        data: _Buffer,
+        pos: int,
+        end: int,
+        count: int,
+        base_offset: int,
+        position: int,
+        latest_offset: int,
+        /,
+    ) -> tuple[list[int] | None, list[int], bool, int]: ...
+
+def md5(data: _Buffer, /) -> bytes: ...
