@@ -100,6 +100,13 @@ class RLMCopyTask(RemoteLogManagerCore):
         # (it must not merge a segment being copied with one that is not).
         coordination = self._cleaner_coordination()
         if coordination is None:
+            if not st.extra.get("warned_no_cleaner"):
+                st.extra["warned_no_cleaner"] = True
+                log.warning(
+                    "%s is compacted and tiered but the log cleaner does not run "
+                    "(log.cleaner.enable): none of its segments is copied",
+                    st.tp,
+                )
             self._set_lag_metrics(st, [])
             return
         ktp = (st.tp.topic, st.tp.partition)
