@@ -20,6 +20,7 @@ from tests.records.strategies import FAST, raw_batch
 from tierlog.errors import CorruptRecordError, InvalidRecord
 from tierlog.log.offset_map import HAS_OFFSET_MAP_SPEEDUPS, DictTable
 from tierlog.records import RECORD_BATCH_OVERHEAD, build_batch, read_header
+from tierlog.records.record_batch import iter_headers
 from tierlog.records.record_keys import records_section
 
 NO_EXTENSIONS = os.environ.get("TIERLOG_NO_EXTENSIONS", "") == "1"
@@ -158,3 +159,37 @@ def test_c_table_fails_like_the_reference(records, flips, cut, count_delta) -> N
     data, pos, end = records_section(batch, header, False)
     args = (data, pos, end, header.records_count, header.base_offset, 0)
     assert _outcome(_c_table(100), args, 5) == _outcome(DictTable(100), args, 5)
+
+
+@needs_c
+@FAST
+@given(
+    batches=batches_st,
+    codecs=st.lists(st.sampled_from([0, 0, 0, 1]), min_size=6, max_size=6),
+    pids=st.lists(st.sampled_from([-1, -1, 7, 8]), min_size=6, max_size=6),
+    start=st.integers(0, 40),
+    stop=st.integers(0, 200),
+    room=st.integers(0, 60),
+    latest=st.integers(-1, 200),
+    upper=st.integers(0, 200),
+    cut=st.integers(0, 30),
+)
+def test_c_runs_equal_the_reference(
+    batches, codecs, pids, start, stop, room, latest, upper, cut
+) -> None:
+    chunk = b""
+    offset = 0
+    for records, codec, pid in zip(batches, codecs, pids, strict=False):
+        kw = {"producer_id": pid, "producer_epoch": 0, "base_sequence": 0} if pid >= 0 else {}
+        chunk += build_batch([(0, k, v) for k, v in records], codec, base_offset=offset, **kw)
+        offset += len(records) + 2
+    chunk = chunk[: max(0, len(chunk) - cut)]  # a torn last batch, as a read chunk ends
+    producers = {7: (offset // 2, 0), 8: (-1, 0)}
+    c, py = _c_table(1000), DictTable(1000)
+    second = next(iter(list(iter_headers(chunk))[1:2]), None)
+    for off in (0, second.position if second is not None else 0):  # a run from any batch
+        assert c.map_run(chunk, off, start, stop, room) == py.map_run(chunk, off, start, stop, room)
+        assert len(c) == len(py)
+        assert c.filter_run(chunk, off, latest, upper, producers) == py.filter_run(
+            chunk, off, latest, upper, producers
+        )

@@ -102,10 +102,21 @@ class CleanerStats:
 
 
 def read_batches(
-    records: FileRecords, start: int, buffer_size: int, max_message_size: int
+    records: FileRecords,
+    start: int,
+    buffer_size: int,
+    max_message_size: int,
+    *,
+    on_chunk: Callable[[bytes], None] | None = None,
+    skip: Callable[[bytes, int], int] | None = None,
 ) -> Iterator[tuple[bytes, RecordBatchHeader]]:
     """(chunk, header) for every batch of ``records`` from byte ``start``; the header's
     position is within the chunk. A batch larger than the buffer is read alone.
+
+    ``on_chunk`` is called with each chunk read. ``skip(chunk, position)``, called before
+    each batch, may handle a run of batches itself and return the position after them (the
+    cleaner's fast path: :meth:`~tierlog.log.offset_map.DictTable.map_run` and
+    ``filter_run``); the batches it skipped are not yielded.
 
     Raises:
         CorruptRecordError: a batch whose length runs past the file.
@@ -114,8 +125,15 @@ def read_batches(
     pos = start
     while size - pos >= RECORD_BATCH_OVERHEAD:
         chunk = records.read(pos, buffer_size)
+        if on_chunk is not None:
+            on_chunk(chunk)
         consumed = 0
-        for header in iter_headers(chunk):
+        while True:
+            if skip is not None:
+                consumed = skip(chunk, consumed)
+            header = next(iter_headers(chunk, consumed), None)
+            if header is None:
+                break
             yield chunk, header
             consumed = header.position + header.size_in_bytes
         if consumed == 0:
@@ -249,13 +267,29 @@ class Cleaner:
         max_desired = int(offset_map.slots * self.dup_buffer_load_factor)
         position = segment.offset_index.lookup(start).position
         read = 0
+
+        def on_chunk(chunk: bytes) -> None:
+            nonlocal read
+            self.check_done(tp)
+            self.throttler.maybe_throttle(len(chunk))
+            read += len(chunk)
+
+        def skip(chunk: bytes, off: int) -> int:
+            # The plain batches, in one call per run; what it leaves comes below.
+            off, records, last = table.map_run(chunk, off, start, next_segment_start, max_desired)
+            stats.map_messages_read += records
+            if last >= 0:
+                offset_map.update_latest_offset(last)
+            return off
+
         for chunk, header in read_batches(
-            segment.log, position, self.io_buffer_size, self.max_io_buffer_size
+            segment.log,
+            position,
+            self.io_buffer_size,
+            self.max_io_buffer_size,
+            on_chunk=on_chunk,
+            skip=skip,
         ):
-            if header.position == 0:
-                self.check_done(tp)
-                self.throttler.maybe_throttle(len(chunk))
-                read += len(chunk)
             last_offset = header.base_offset + header.last_offset_delta
             if last_offset < start:
                 continue
@@ -422,10 +456,35 @@ class Cleaner:
         table = offset_map.table
         latest_offset = offset_map.latest_offset
         last_dropped: RecordBatchHeader | None = None
-        for chunk, header in read_batches(records, 0, self.io_buffer_size, self.max_io_buffer_size):
-            if header.position == 0:
-                self.check_done(tp)
-                self.throttler.maybe_throttle(len(chunk))
+        producers = (
+            active_producers if isinstance(active_producers, dict) else dict(active_producers)
+        )
+
+        def on_chunk(chunk: bytes) -> None:
+            self.check_done(tp)
+            self.throttler.maybe_throttle(len(chunk))
+
+        def skip(chunk: bytes, off: int) -> int:
+            # The batches that go entirely, in one call per run; what it leaves comes below.
+            nonlocal last_dropped
+            off, size, count, invalid, last_pos = table.filter_run(
+                chunk, off, latest_offset, upper_bound_offset_of_round, producers
+            )
+            if last_pos >= 0:
+                stats.bytes_read += size
+                stats.messages_read += count
+                stats.invalid_messages += invalid
+                last_dropped = next(iter_headers(chunk, last_pos))
+            return off
+
+        for chunk, header in read_batches(
+            records,
+            0,
+            self.io_buffer_size,
+            self.max_io_buffer_size,
+            on_chunk=on_chunk,
+            skip=skip,
+        ):
             batch_size = header.size_in_bytes
             stats.bytes_read += batch_size
             attributes = header.attributes

@@ -33,6 +33,12 @@ from collections.abc import Callable
 from itertools import compress, repeat
 from typing import Protocol
 
+from tierlog.records.record_batch import (
+    COMPRESSION_CODEC_MASK,
+    CONTROL_FLAG_MASK,
+    RECORD_BATCH_OVERHEAD,
+    iter_headers,
+)
 from tierlog.records.record_keys import read_section_keys
 
 __all__ = [
@@ -53,6 +59,7 @@ BYTES_PER_ENTRY = DIGEST_SIZE + 8
 _md5 = hashlib.md5
 #: The default of dict.get for every key of a batch (endless: map() stops at the keys' end).
 _MINUS_ONES = repeat(-1)
+_CODEC_OR_CONTROL = COMPRESSION_CODEC_MASK | CONTROL_FLAG_MASK
 
 
 def key_digest(key: bytes) -> bytes:
@@ -82,6 +89,15 @@ class OffsetTable(Protocol):
         self, data: bytes, pos: int, end: int, count: int, base_offset: int, position: int,
         latest_offset: int, /,
     ) -> tuple[list[int] | None, list[int], bool, int]: ...  # fmt: skip
+
+    def map_run(
+        self, chunk: bytes, off: int, start: int, stop_offset: int, max_entries: int, /
+    ) -> tuple[int, int, int]: ...
+
+    def filter_run(
+        self, chunk: bytes, off: int, latest_offset: int, upper_bound: int,
+        active_producers: dict[int, tuple[int, int]], /,
+    ) -> tuple[int, int, int, int, int]: ...  # fmt: skip
 
 
 class DictTable:
@@ -202,6 +218,80 @@ class DictTable:
                 if not has_values[i]:
                     tombstones.append(i)
         return (None if len(kept) == len(offsets) else kept), tombstones, later_tombstone, invalid
+
+    def map_run(
+        self, chunk: bytes, off: int, start: int, stop_offset: int, max_entries: int, /
+    ) -> tuple[int, int, int]:
+        """The cleaner's map pass over the run of uncompressed data batches of ``chunk``
+        from byte ``off``: a batch wholly below ``start`` is skipped, any other one mapped
+        (:meth:`map_batch`) while the table keeps fewer than ``max_entries`` entries after
+        it. Stops at the first batch it leaves to the caller (compressed, control, at or
+        past ``stop_offset``, no room) or after the last complete batch; returns (where it
+        stopped, records read, last offset of the last batch mapped or -1).
+
+        Raises:
+            CorruptRecordError, InvalidRecord: as ``read_section_keys``.
+        """
+        total, last = 0, -1
+        for h in iter_headers(chunk, off):
+            off = h.position
+            if h.attributes & _CODEC_OR_CONTROL:
+                break
+            last_offset = h.base_offset + h.last_offset_delta
+            if last_offset >= start:
+                count = h.records_count
+                if h.base_offset >= stop_offset or len(self._map) + count >= max_entries:
+                    break
+                pos = h.position + RECORD_BATCH_OVERHEAD
+                end = h.position + h.size_in_bytes
+                self.map_batch(chunk, pos, end, count, h.base_offset, h.position, start)
+                total += count
+                last = last_offset
+            off = h.position + h.size_in_bytes
+        return off, total, last
+
+    def filter_run(
+        self, chunk: bytes, off: int, latest_offset: int, upper_bound: int,
+        active_producers: dict[int, tuple[int, int]], /,
+    ) -> tuple[int, int, int, int, int]:  # fmt: skip
+        """The cleaner's clean pass over the run of uncompressed data batches of ``chunk``
+        from byte ``off`` that go entirely: none of their records stays
+        (:meth:`filter_batch`) and they need not stay as an empty batch (not the round's
+        last -- its last offset + 1 is ``upper_bound`` -- nor an active producer's last data
+        batch). Stops at the first other batch, which the caller handles, or after the last
+        complete batch; returns (where it stopped, bytes, records, records without a key,
+        position of the last batch it dropped or -1).
+
+        Raises:
+            CorruptRecordError, InvalidRecord: as ``read_section_keys``.
+        """
+        size = records = invalid = 0
+        last_pos = -1
+        for h in iter_headers(chunk, off):
+            off = h.position
+            last_offset = h.base_offset + h.last_offset_delta
+            if (
+                h.attributes & _CODEC_OR_CONTROL
+                or last_offset + 1 == upper_bound
+                or last_offset > latest_offset
+            ):
+                break
+            producer = active_producers.get(h.producer_id) if h.producer_id != -1 else None
+            if producer is not None and producer[0] >= 0 and producer[0] == last_offset:
+                break
+            pos = h.position + RECORD_BATCH_OVERHEAD
+            end = h.position + h.size_in_bytes
+            kept, _, _, keyless = self.filter_batch(
+                chunk, pos, end, h.records_count, h.base_offset, h.position, latest_offset
+            )
+            if (kept is None and h.records_count) or kept:
+                break
+            size += h.size_in_bytes
+            records += h.records_count
+            invalid += keyless
+            last_pos = h.position
+            off = h.position + h.size_in_bytes
+        return off, size, records, invalid, last_pos
 
 
 # The C twin of DictTable, chosen once here: TIERLOG_NO_EXTENSIONS=1 or a missing build means

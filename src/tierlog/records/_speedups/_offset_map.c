@@ -553,6 +553,199 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------------------ runs */
+/* Batch header fields (Kafka's RecordBatch v2, big-endian) at a batch's start. */
+#define HEADER_SIZE 61
+#define LOG_OVERHEAD 12
+#define CODEC_OR_CONTROL 0x27 /* compression codec bits and the control flag */
+
+static inline int64_t
+be64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = (v << 8) | p[i];
+    return (int64_t)v;
+}
+
+static inline int32_t
+be32(const uint8_t *p)
+{
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) |
+                     (uint32_t)p[3]);
+}
+
+/* The size of the complete batch at off (0: none, or a length no batch can have). */
+static inline Py_ssize_t
+batch_size(const uint8_t *data, Py_ssize_t len, Py_ssize_t off)
+{
+    if (len - off < HEADER_SIZE)
+        return 0;
+    int32_t length = be32(data + off + 8);
+    if (length < HEADER_SIZE - LOG_OVERHEAD || (Py_ssize_t)length + LOG_OVERHEAD > len - off)
+        return 0;
+    return (Py_ssize_t)length + LOG_OVERHEAD;
+}
+
+/* map_run(chunk, off, start, stop_offset, max_entries) -> (off, records read, last offset)
+ *
+ * The map pass over the run of uncompressed data batches of chunk from byte off: each batch
+ * wholly below start is skipped, every other one mapped (map_batch), as long as the table
+ * keeps fewer than max_entries after it. Stops at the first batch it leaves to the caller
+ * (compressed, control, at or past stop_offset, no room) or at the chunk's last complete
+ * batch; returns where, the records read and the last offset of the last batch mapped
+ * (-1: none). */
+static PyObject *
+OffsetMap_map_run(OffsetMap *self, PyObject *args)
+{
+    Py_buffer buf;
+    Py_ssize_t off, max_entries;
+    long long start, stop_offset;
+    if (!PyArg_ParseTuple(args, "y*nLLn", &buf, &off, &start, &stop_offset, &max_entries))
+        return NULL;
+    const uint8_t *data = (const uint8_t *)buf.buf;
+    Py_ssize_t len = buf.len, total = 0;
+    int64_t last = -1;
+    PyObject *result = NULL;
+    if (off < 0 || off > len) {
+        PyErr_SetString(PyExc_ValueError, "bad bounds");
+        goto done;
+    }
+    for (;;) {
+        Py_ssize_t size = batch_size(data, len, off);
+        if (size == 0)
+            break;
+        const uint8_t *h = data + off;
+        int attributes = (h[21] << 8) | h[22];
+        if (attributes & CODEC_OR_CONTROL)
+            break;
+        int64_t base = be64(h);
+        int64_t last_offset = base + be32(h + 23);
+        int32_t count = be32(h + 57);
+        if (last_offset < start) {
+            off += size;
+            continue;
+        }
+        if (base >= stop_offset || count < 0 || self->size + count >= max_entries)
+            break;
+        records r = {data, off + HEADER_SIZE, off + size, count, off, base};
+        for (Py_ssize_t i = 0; i < count; i++) {
+            int64_t offset;
+            const uint8_t *key;
+            Py_ssize_t key_size;
+            int has_value;
+            if (next_record(&r, i, &offset, &key, &key_size, &has_value) < 0)
+                goto done;
+            if (key != NULL && offset >= start) {
+                uint8_t d[DIGEST], dlen;
+                digest_of(key, key_size, d, &dlen);
+                if (put_digest(self, d, dlen, offset) < 0)
+                    goto done;
+            }
+        }
+        if (records_end(&r) < 0)
+            goto done;
+        total += count;
+        last = last_offset;
+        off += size;
+    }
+    result = Py_BuildValue("(nnL)", off, total, (long long)last);
+done:
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* filter_run(chunk, off, latest_offset, upper_bound, active_producers)
+ *   -> (off, bytes, records, records without a key, position of the last batch or -1)
+ *
+ * The clean pass over the run of uncompressed data batches of chunk from byte off whose
+ * records all go (filter_batch keeps none) and that need not stay as an empty batch (not the
+ * round's last, and not the last data batch of an active producer: active_producers maps a
+ * producer id to (last data offset, epoch)). Stops at the first other batch, which the
+ * caller handles, or at the chunk's last complete batch. */
+static PyObject *
+OffsetMap_filter_run(OffsetMap *self, PyObject *args)
+{
+    Py_buffer buf;
+    Py_ssize_t off;
+    long long latest, upper_bound;
+    PyObject *producers;
+    if (!PyArg_ParseTuple(args, "y*nLLO!", &buf, &off, &latest, &upper_bound, &PyDict_Type,
+                          &producers))
+        return NULL;
+    const uint8_t *data = (const uint8_t *)buf.buf;
+    Py_ssize_t len = buf.len, bytes = 0, total = 0, invalid = 0, last_pos = -1;
+    PyObject *result = NULL;
+    if (off < 0 || off > len) {
+        PyErr_SetString(PyExc_ValueError, "bad bounds");
+        goto done;
+    }
+    for (;;) {
+        Py_ssize_t size = batch_size(data, len, off);
+        if (size == 0)
+            break;
+        const uint8_t *h = data + off;
+        int attributes = (h[21] << 8) | h[22];
+        if (attributes & CODEC_OR_CONTROL)
+            break;
+        int64_t base = be64(h);
+        int64_t last_offset = base + be32(h + 23);
+        int32_t count = be32(h + 57);
+        int64_t producer_id = be64(h + 43);
+        if (count < 0 || last_offset + 1 == upper_bound || last_offset > latest)
+            break;
+        if (producer_id != -1 && PyDict_GET_SIZE(producers) > 0) {
+            PyObject *pid = PyLong_FromLongLong(producer_id);
+            if (pid == NULL)
+                goto done;
+            PyObject *entry = PyDict_GetItemWithError(producers, pid); /* borrowed */
+            Py_DECREF(pid);
+            if (entry == NULL && PyErr_Occurred())
+                goto done;
+            if (entry != NULL) {
+                if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) < 1)
+                    break; /* let the caller make sense of it */
+                long long last_data = PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 0));
+                if (last_data == -1 && PyErr_Occurred())
+                    goto done;
+                if (last_data >= 0 && last_data == last_offset)
+                    break; /* kept as an empty batch: the caller writes it */
+            }
+        }
+        records r = {data, off + HEADER_SIZE, off + size, count, off, base};
+        Py_ssize_t keyless = 0;
+        int stays = 0;
+        for (Py_ssize_t i = 0; i < count && !stays; i++) {
+            int64_t offset;
+            const uint8_t *key;
+            Py_ssize_t key_size;
+            int has_value;
+            if (next_record(&r, i, &offset, &key, &key_size, &has_value) < 0)
+                goto done;
+            if (key == NULL)
+                keyless++;
+            else {
+                uint8_t d[DIGEST], dlen;
+                digest_of(key, key_size, d, &dlen);
+                stays = offset >= get_digest(self, d, dlen);
+            }
+        }
+        if (stays)
+            break; /* something stays: the caller copies the batch */
+        if (records_end(&r) < 0)
+            goto done;
+        bytes += size;
+        total += count;
+        invalid += keyless;
+        last_pos = off;
+        off += size;
+    }
+    result = Py_BuildValue("(nnnnn)", off, bytes, total, invalid, last_pos);
+done:
+    PyBuffer_Release(&buf);
+    return result;
+}
+
 static PyObject *
 py_md5(PyObject *self, PyObject *arg)
 {
@@ -576,6 +769,11 @@ static PyMethodDef OffsetMap_methods[] = {
     {"filter_batch", (PyCFunction)OffsetMap_filter_batch, METH_VARARGS,
      "filter_batch(data, pos, end, count, base_offset, position, latest_offset) -> "
      "(kept or None, kept tombstones within the map, tombstone past it, keyless records)"},
+    {"map_run", (PyCFunction)OffsetMap_map_run, METH_VARARGS,
+     "map_run(chunk, off, start, stop_offset, max_entries) -> (off, records, last offset)"},
+    {"filter_run", (PyCFunction)OffsetMap_filter_run, METH_VARARGS,
+     "filter_run(chunk, off, latest_offset, upper_bound, active_producers) -> "
+     "(off, bytes, records, keyless records, last batch position)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -31,4 +31,17 @@ class OffsetMap:
         /,
     ) -> tuple[list[int] | None, list[int], bool, int]: ...
 
+    def map_run(
+        self, chunk: _Buffer, off: int, start: int, stop_offset: int, max_entries: int, /
+    ) -> tuple[int, int, int]: ...
+    def filter_run(
+        self,
+        chunk: _Buffer,
+        off: int,
+        latest_offset: int,
+        upper_bound: int,
+        active_producers: dict[int, tuple[int, int]],
+        /,
+    ) -> tuple[int, int, int, int, int]: ...
+
 def md5(data: _Buffer, /) -> bytes: ...
