@@ -30,7 +30,6 @@ class OffsetMap:
         latest_offset: int,
         /,
     ) -> tuple[list[int] | None, list[int], bool, int]: ...
-
     def map_run(
         self, chunk: _Buffer, off: int, start: int, stop_offset: int, max_entries: int, /
     ) -> tuple[int, int, int]: ...
