@@ -106,6 +106,7 @@ log = logging.getLogger(__name__)
 
 _S = RemoteLogSegmentState
 _INT32_MAX = 2**31 - 1
+_DOWNLOAD_CHUNK = 8 << 20
 
 TopicPartition = tuple[str, int]
 
@@ -235,7 +236,9 @@ class RLMCompactor(RemoteLogManagerCore):
         if signature == p.signature or len(finished) == 0:
             return
         p.last_run_ms = now
-        if self._compact_pass(st, lg, finished, task):
+        passed = self._compact_pass(st, lg, finished, task)
+        self._update_size_metrics(st, lg)
+        if passed:
             # What is remote now (the rewritten segments replaced the old ones).
             after = sorted(
                 self._finished_in_lineage(tp, lg, _lineage(lg)), key=lambda m: m.start_offset
@@ -303,7 +306,7 @@ class RLMCompactor(RemoteLogManagerCore):
             for md in reversed(run):
                 self._check_compaction_cancelled(st, task)
                 path = tmp / lfu.log_file(Path(), md.start_offset).name
-                path.write_bytes(self.rsm.fetch_log_segment(md, 0))
+                self._download(md, path)
                 r = _Remote(md, FileRecords(path, file_already_exists=True))
                 remotes.append(r)
                 overflowed = self._map_remote(cleaner, r, overflowed, stats) or overflowed
@@ -348,6 +351,20 @@ class RLMCompactor(RemoteLogManagerCore):
             return False
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+    def _download(self, md: RemoteLogSegmentMetadata, path: Path) -> None:
+        """The segment's log into ``path``, in ranged reads of at most 8 MiB (a segment may be
+        as large as segment.bytes: it is never held in memory whole)."""
+        size = md.segment_size_in_bytes
+        with path.open("wb") as f:
+            pos = 0
+            while pos < size:
+                end = min(pos + _DOWNLOAD_CHUNK, size) - 1
+                data = self.rsm.fetch_log_segment(md, pos, end)
+                if not data:
+                    raise RemoteStorageError(f"{md.remote_log_segment_id} ends at {pos} of {size}")
+                f.write(data)
+                pos += len(data)
 
     def _check_compaction_cancelled(self, st: _PartitionState, task: _Task) -> None:
         if task.cancelled.is_set() or not st.leader:
