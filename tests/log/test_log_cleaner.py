@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from tests import real_parts
 from tierlog.errors import InvalidRecord
+from tierlog.log import cleaner as cleaner_module
 from tierlog.log import offset_map as offset_map_module
 from tierlog.log.cleaner import Cleaner, CleanerStats
 from tierlog.log.log import Log
@@ -48,8 +49,8 @@ Rec = tuple[int, bytes | None, bytes | None]  # offset, key, value
 
 @pytest.fixture(autouse=True, params=["c-table", "dict-table"])
 def offset_table(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test here runs on both offset tables: the compiled one and the pure-Python
-    reference (tierlog.log.offset_map.DictTable)."""
+    """Every test here runs on both paths: the compiled offset table and record rewrite, and
+    the pure-Python references (tierlog.log.offset_map.DictTable, cleaner.retained_batch_py)."""
     if request.param == "c-table":
         if not offset_map_module.HAS_OFFSET_MAP_SPEEDUPS:
             # Justified: the suite's second pass (TIERLOG_NO_EXTENSIONS=1) runs without the C
@@ -58,6 +59,7 @@ def offset_table(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
             pytest.skip(f"{real_parts.BY_DESIGN}the C offset map is not built in this run")
     else:
         monkeypatch.setattr(offset_map_module, "_Table", offset_map_module.DictTable)
+        monkeypatch.setattr(cleaner_module, "_rebuild_records", None)
     return str(request.param)
 
 
@@ -555,7 +557,6 @@ def test_crash_while_writing_the_cleaned_segment(tmp_path: Path, clock: Clock, m
     log = Log.open(log_dir, compact_config(**CRASH_CONFIG), time_ms=clock)
     _fill_for_crash(log, clock)
     before = records(log)
-    from tierlog.log import cleaner as cleaner_module
 
     image = tmp_path / "image" / "my-topic-0"
     real_flush = cleaner_module.SegmentWriter.flush

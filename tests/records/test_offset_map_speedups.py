@@ -20,6 +20,7 @@ from tests.records.strategies import FAST, raw_batch
 from tierlog.errors import CorruptRecordError, InvalidRecord
 from tierlog.log.offset_map import HAS_OFFSET_MAP_SPEEDUPS, DictTable
 from tierlog.records import RECORD_BATCH_OVERHEAD, build_batch, read_header
+from tierlog.records.default_records import RecordBatchBuilder
 from tierlog.records.record_batch import iter_headers
 from tierlog.records.record_keys import records_section
 
@@ -193,3 +194,46 @@ def test_c_runs_equal_the_reference(
         assert c.filter_run(chunk, off, latest, upper, producers) == py.filter_run(
             chunk, off, latest, upper, producers
         )
+
+
+@needs_c
+@FAST
+@given(
+    records=st.lists(
+        st.tuples(
+            st.integers(-(2**40), 2**40),
+            keys_st,
+            st.none() | st.binary(max_size=300),
+            st.lists(st.tuples(st.text(max_size=4), st.none() | st.binary(max_size=8)), max_size=2),
+        ),
+        min_size=1,
+        max_size=20,
+    ),
+    data=st.data(),
+    ts_type=st.integers(0, 1),
+    horizon=st.sampled_from([-1, -1, 0, 1_700_000_000_000]),
+    with_horizon=st.booleans(),
+    producer=st.booleans(),
+    base=st.integers(0, 2**40),
+)
+def test_retained_batch_c_equals_the_builder(
+    records, data, ts_type, horizon, with_horizon, producer, base
+) -> None:
+    from tierlog.log.cleaner import retained_batch, retained_batch_py
+
+    ts0 = 1_600_000_000_000
+    kw: dict[str, object] = {"base_offset": base, "timestamp_type": ts_type}
+    if producer:
+        kw.update(producer_id=42, producer_epoch=3, base_sequence=7, is_transactional=True)
+    builder = RecordBatchBuilder(0, delete_horizon_ms=horizon if with_horizon else -1, **kw)
+    for ts, k, v, h in records:
+        builder.append(ts0 + ts, k, v, h)
+    batch = builder.build()
+    header = read_header(batch)
+    kept = sorted(
+        data.draw(st.sets(st.integers(0, len(records) - 1), min_size=1, max_size=len(records)))
+    )
+    new_horizon = data.draw(st.sampled_from([-1, header.base_timestamp, 1_800_000_000_000]))
+    assert retained_batch(batch, header, kept, new_horizon) == retained_batch_py(
+        batch, header, kept, new_horizon
+    )

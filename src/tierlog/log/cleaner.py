@@ -47,6 +47,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
+import crc32c as _crc32c
+
 from tierlog.errors import CorruptRecordError, LogCleaningAbortedError
 from tierlog.log import log_file_utils as lfu
 from tierlog.log.file_records import FileRecords
@@ -54,11 +56,15 @@ from tierlog.log.log import Log
 from tierlog.log.log_cleaner_manager import LogToClean
 from tierlog.log.log_segment import LogSegment, wall_clock_ms
 from tierlog.log.offset_map import SkimpyOffsetMap
+from tierlog.log.offset_map import rebuild_records as _rebuild_records
 from tierlog.log.throttler import Throttler
 from tierlog.records.default_records import RecordBatchBuilder, build_empty_batch, read_records
 from tierlog.records.record_batch import (
     COMPRESSION_CODEC_MASK,
     CONTROL_FLAG_MASK,
+    CRC_OFFSET,
+    CRC_START,
+    CURRENT_MAGIC,
     DELETE_HORIZON_FLAG_MASK,
     HEADER_STRUCT,
     LOG_OVERHEAD,
@@ -71,7 +77,15 @@ from tierlog.records.record_batch import (
 )
 from tierlog.records.record_keys import read_section_keys, records_section
 
-__all__ = ["Cleaner", "CleanerStats", "SegmentWriter", "empty_batch_of", "read_batches"]
+__all__ = [
+    "Cleaner",
+    "CleanerStats",
+    "SegmentWriter",
+    "empty_batch_of",
+    "read_batches",
+    "retained_batch",
+    "retained_batch_py",
+]
 
 log = logging.getLogger(__name__)
 
@@ -534,34 +548,11 @@ class Cleaner:
                 if len(kept) == count and not need_horizon:
                     writer.write(_slice(chunk, header), header)
                 else:
-                    all_records = read_records(chunk, header)
-                    retained = [all_records[i] for i in kept]
                     if need_horizon:
                         horizon = current_time + delete_retention_ms
                     else:
                         horizon = header.base_timestamp if has_horizon else -1
-                    builder = RecordBatchBuilder(
-                        attributes & COMPRESSION_CODEC_MASK,
-                        base_offset=header.base_offset,
-                        partition_leader_epoch=header.partition_leader_epoch,
-                        producer_id=producer_id,
-                        producer_epoch=header.producer_epoch,
-                        base_sequence=header.base_sequence,
-                        is_transactional=bool(attributes & TRANSACTIONAL_FLAG_MASK),
-                        timestamp_type=1 if attributes & TIMESTAMP_TYPE_MASK else 0,
-                        delete_horizon_ms=horizon,
-                    )
-                    base = header.base_offset
-                    for record in retained:
-                        builder.append(
-                            record.timestamp,
-                            record.key,
-                            record.value,
-                            record.headers,
-                            offset_delta=record.offset - base,
-                        )
-                    builder.override_last_offset(last_offset)
-                    writer.write(builder.build(), header)
+                    writer.write(retained_batch(chunk, header, kept, horizon), header)
                 last_dropped = None
             elif retain_empty:
                 writer.write(empty_batch_of(header), header)
@@ -569,6 +560,74 @@ class Cleaner:
             else:
                 last_dropped = header
         return last_dropped
+
+
+def retained_batch(chunk: bytes, header: RecordBatchHeader, kept: list[int], horizon: int) -> bytes:
+    """The batch ``header`` (in ``chunk``) keeping only the records at the indexes ``kept``
+    (ascending, at least one), as Kafka's ``filterTo`` writes it: same compression,
+    baseOffset, lastOffsetDelta, producer id/epoch, baseSequence, leader epoch; the first kept
+    record's timestamp as baseTimestamp, or the delete horizon ``horizon`` (>= 0) with the
+    hasDeleteHorizonMs attribute; a new CRC. An uncompressed batch goes through the compiled
+    record rewrite when it is built (the same bytes: :func:`retained_batch_py` is the
+    reference)."""
+    attributes = header.attributes
+    if _rebuild_records is None or attributes & COMPRESSION_CODEC_MASK:
+        return retained_batch_py(chunk, header, kept, horizon)
+    data, pos, end = records_section(chunk, header, False)
+    log_append_time = header.max_timestamp if attributes & TIMESTAMP_TYPE_MASK else -1
+    payload, base_timestamp, max_timestamp = _rebuild_records(
+        data, pos, end, header.records_count, header.position, kept,
+        header.base_timestamp, horizon, log_append_time,
+    )  # fmt: skip
+    new_attributes = attributes & (TIMESTAMP_TYPE_MASK | TRANSACTIONAL_FLAG_MASK)
+    if horizon >= 0:
+        new_attributes |= DELETE_HORIZON_FLAG_MASK
+    head = HEADER_STRUCT.pack(
+        header.base_offset,
+        RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(payload),
+        header.partition_leader_epoch,
+        CURRENT_MAGIC,
+        0,
+        new_attributes,
+        header.last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        len(kept),
+    )
+    crc = _crc32c.crc32c(payload, value=_crc32c.crc32c(head[CRC_START:]))
+    return b"".join((head[:CRC_OFFSET], crc.to_bytes(4, "big"), head[CRC_START:], payload))
+
+
+def retained_batch_py(
+    chunk: bytes, header: RecordBatchHeader, kept: list[int], horizon: int
+) -> bytes:
+    """:func:`retained_batch` by decoding the batch and building a new one (the reference;
+    compressed batches always take it)."""
+    attributes = header.attributes
+    all_records = read_records(chunk, header)
+    builder = RecordBatchBuilder(
+        attributes & COMPRESSION_CODEC_MASK,
+        base_offset=header.base_offset,
+        partition_leader_epoch=header.partition_leader_epoch,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+        is_transactional=bool(attributes & TRANSACTIONAL_FLAG_MASK),
+        timestamp_type=1 if attributes & TIMESTAMP_TYPE_MASK else 0,
+        delete_horizon_ms=horizon,
+    )
+    base = header.base_offset
+    for i in kept:
+        record = all_records[i]
+        builder.append(
+            record.timestamp, record.key, record.value, record.headers,
+            offset_delta=record.offset - base,
+        )  # fmt: skip
+    builder.override_last_offset(header.base_offset + header.last_offset_delta)
+    return builder.build()
 
 
 def _slice(chunk: bytes, header: RecordBatchHeader) -> memoryview:

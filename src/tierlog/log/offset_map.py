@@ -297,12 +297,17 @@ class DictTable:
 # The C twin of DictTable, chosen once here: TIERLOG_NO_EXTENSIONS=1 or a missing build means
 # the pure-Python reference.
 _Table: Callable[[int], OffsetTable]
+#: The compiled record rewrite of the cleaner's retained batches (None: not built; see
+#: tierlog.log.cleaner.retained_batch).
+rebuild_records: Callable[..., tuple[bytes, int, int]] | None
 try:
     if os.environ.get("TIERLOG_NO_EXTENSIONS", "") == "1":
         raise ImportError("TIERLOG_NO_EXTENSIONS=1")
     from tierlog.records._speedups._offset_map import OffsetMap as _Table
+    from tierlog.records._speedups._offset_map import rebuild_records
 except ImportError:  # pragma: no cover - depends on the build
     _Table = DictTable
+    rebuild_records = None
 
 #: Whether :class:`SkimpyOffsetMap` uses the compiled table.
 HAS_OFFSET_MAP_SPEEDUPS = _Table is not DictTable

@@ -746,6 +746,135 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------------------ rebuild */
+
+/* Unsigned LEB128 of v at out; its length. */
+static inline Py_ssize_t
+write_uvarint(uint8_t *out, uint64_t v)
+{
+    Py_ssize_t n = 0;
+    while (v >= 0x80) {
+        out[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    out[n++] = (uint8_t)v;
+    return n;
+}
+
+/* ZigZag varlong at data[*pos] below limit: 0, or -1 when it runs past limit or is too long. */
+static inline int
+read_varlong(const uint8_t *data, Py_ssize_t limit, Py_ssize_t *pos, int64_t *out)
+{
+    uint64_t v = 0;
+    Py_ssize_t p = *pos;
+    for (unsigned i = 0; i < 10; i++) {
+        if (p >= limit)
+            return -1;
+        uint8_t b = data[p++];
+        v |= (uint64_t)(b & 0x7F) << (7 * i);
+        if (!(b & 0x80)) {
+            *pos = p;
+            *out = (int64_t)(v >> 1) ^ -(int64_t)(v & 1);
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* rebuild_records(data, pos, end, count, position, kept, base_timestamp, horizon,
+ *                 log_append_time) -> (records, new base timestamp, max timestamp)
+ *
+ * The records section of a cleaned batch keeping the records `kept` (ascending indexes) of
+ * an uncompressed one, byte for byte what RecordBatchBuilder writes for them (the Python
+ * path: read_records, then append each): every record's timestamp re-based on the new base
+ * timestamp (horizon when >= 0, else the first kept record's), its attributes byte 0, the
+ * rest of it (offsetDelta, key, value, headers) copied. With log_append_time >= 0 every
+ * record's timestamp is it (the batch's maxTimestamp, as the decoder reads it). */
+static PyObject *
+py_rebuild_records(PyObject *self, PyObject *args)
+{
+    (void)self;
+    Py_buffer buf;
+    Py_ssize_t pos, end, count, position;
+    PyObject *kept;
+    long long base_ts, horizon, log_append;
+    if (!PyArg_ParseTuple(args, "y*nnnnO!LLL", &buf, &pos, &end, &count, &position,
+                          &PyList_Type, &kept, &base_ts, &horizon, &log_append))
+        return NULL;
+    PyObject *result = NULL, *out = NULL;
+    const uint8_t *data = (const uint8_t *)buf.buf;
+    if (end > buf.len || pos < 0 || pos > end || count < 0) {
+        PyErr_SetString(PyExc_ValueError, "bad bounds");
+        goto done;
+    }
+    Py_ssize_t n_kept = PyList_GET_SIZE(kept);
+    /* Each record grows by at most 18 bytes (two varints of up to 10 bytes replace ones of
+     * at least 1). */
+    out = PyBytes_FromStringAndSize(NULL, (end - pos) + 18 * n_kept + 1);
+    if (out == NULL)
+        goto done;
+    uint8_t *w = (uint8_t *)PyBytes_AS_STRING(out);
+    Py_ssize_t written = 0, k = 0;
+    int64_t new_base = horizon, max_ts = -1;
+    int first = 1;
+    for (Py_ssize_t i = 0; i < count && k < n_kept; i++) {
+        int64_t length;
+        Py_ssize_t p = pos;
+        if (read_varint(data, end, &p, &length) < 0 || length < MIN_RECORD_BODY ||
+            length > end - p) {
+            PyErr_Format(CorruptRecordError, "record %zd of batch at %zd is truncated", i,
+                         position);
+            goto done;
+        }
+        Py_ssize_t record_end = p + (Py_ssize_t)length;
+        Py_ssize_t want = PyLong_AsSsize_t(PyList_GET_ITEM(kept, k));
+        if (want == -1 && PyErr_Occurred())
+            goto done;
+        if (want == i) {
+            Py_ssize_t q = p + 1; /* attributes */
+            int64_t delta;
+            if (read_varlong(data, record_end, &q, &delta) < 0) {
+                PyErr_Format(CorruptRecordError, "record %zd of batch at %zd is truncated", i,
+                             position);
+                goto done;
+            }
+            int64_t ts = log_append >= 0 ? log_append : base_ts + delta;
+            if (first) {
+                if (new_base < 0)
+                    new_base = ts;
+                max_ts = ts;
+                first = 0;
+            }
+            else if (ts > max_ts)
+                max_ts = ts;
+            int64_t nd = ts - new_base;
+            uint8_t head[11];
+            head[0] = 0; /* attributes */
+            Py_ssize_t hn = 1 + write_uvarint(head + 1, ((uint64_t)nd << 1) ^ (uint64_t)(nd >> 63));
+            Py_ssize_t rest = record_end - q;
+            Py_ssize_t body = hn + rest;
+            written += write_uvarint(w + written, (uint64_t)body << 1);
+            memcpy(w + written, head, (size_t)hn);
+            written += hn;
+            memcpy(w + written, data + q, (size_t)rest);
+            written += rest;
+            k++;
+        }
+        pos = record_end;
+    }
+    if (k != n_kept) {
+        PyErr_SetString(PyExc_ValueError, "kept indexes past the batch's records");
+        goto done;
+    }
+    if (_PyBytes_Resize(&out, written) < 0)
+        goto done;
+    result = Py_BuildValue("(OLL)", out, (long long)new_base, (long long)max_ts);
+done:
+    Py_XDECREF(out);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
 static PyObject *
 py_md5(PyObject *self, PyObject *arg)
 {
@@ -797,6 +926,9 @@ static PyTypeObject OffsetMapType = {
 
 static PyMethodDef module_methods[] = {
     {"md5", py_md5, METH_O, "md5(data) -> the 16-byte MD5 digest (the map's digest of long keys)"},
+    {"rebuild_records", py_rebuild_records, METH_VARARGS,
+     "rebuild_records(data, pos, end, count, position, kept, base_timestamp, horizon, "
+     "log_append_time) -> (records, base timestamp, max timestamp)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -44,3 +44,15 @@ class OffsetMap:
     ) -> tuple[int, int, int, int, int]: ...
 
 def md5(data: _Buffer, /) -> bytes: ...
+def rebuild_records(
+    data: _Buffer,
+    pos: int,
+    end: int,
+    count: int,
+    position: int,
+    kept: list[int],
+    base_timestamp: int,
+    horizon: int,
+    log_append_time: int,
+    /,
+) -> tuple[bytes, int, int]: ...
