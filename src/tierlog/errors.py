@@ -166,6 +166,12 @@ class NotEnoughReplicas(ApiError):
     description = "Messages are rejected since there are fewer in-sync replicas than required."
 
 
+class NotEnoughReplicasAfterAppend(ApiError):
+    error_code = 20
+    retriable = True
+    description = "Messages are written to the log, but to fewer in-sync replicas than required."
+
+
 class InvalidRequiredAcks(ApiError):
     error_code = 21
     description = "Produce request specified an invalid value for required acks."
@@ -236,6 +242,16 @@ class InvalidPartitions(ApiError):
 class InvalidReplicationFactor(ApiError):
     error_code = 38
     description = "Replication factor is below 1 or larger than the number of available brokers."
+
+
+class InvalidReplicaAssignment(ApiError):
+    error_code = 39
+    description = "Replica assignment is invalid."
+
+
+class NoReassignmentInProgress(ApiError):
+    error_code = 85
+    description = "No partition reassignment is in progress."
 
 
 class InvalidRequest(ApiError):
@@ -367,6 +383,39 @@ class TransactionalIdNotFound(ApiError):
     description = "The transactionalId could not be found."
 
 
+class UnsupportedSaslMechanism(ApiError):
+    error_code = 33
+    description = "The broker does not support the requested SASL mechanism."
+
+
+class IllegalSaslState(ApiError):
+    error_code = 34
+    description = "Request is not valid given the current SASL state."
+
+
+class SaslAuthenticationFailed(ApiError):
+    """Raised by a SASL mechanism with the message the client is told (Kafka's
+    SaslAuthenticationException: "Authentication failed: Invalid username or password")."""
+
+    error_code = 58
+    description = "SASL Authentication failed."
+
+
+class ResourceNotFound(ApiError):
+    error_code = 91
+    description = "A request illegally referred to a resource that does not exist."
+
+
+class DuplicateResource(ApiError):
+    error_code = 92
+    description = "A request illegally referred to the same resource twice."
+
+
+class UnacceptableCredential(ApiError):
+    error_code = 93
+    description = "Requested credential would not meet criteria for acceptability."
+
+
 _REGISTRY: dict[int, type[ApiError]] = {}
 
 
@@ -382,6 +431,12 @@ _register(ApiError)
 def for_code(error_code: int) -> type[ApiError]:
     """The ApiError class for a Kafka wire error code (UnknownServerError when unknown)."""
     return _REGISTRY.get(error_code, UnknownServerError)
+
+
+class SaslError(TierlogError):
+    """A SASL exchange that cannot go on (a malformed token, a wrong proof) whose details the
+    client must not learn (Kafka's SaslException: the client is told only that the credentials
+    were invalid)."""
 
 
 # --------------------------------------------------------------------------- storage
@@ -460,6 +515,36 @@ class CorruptMetadataError(StorageError):
 
 class CorruptMetadataCacheError(StorageError):
     """A remote log metadata cache file is missing, truncated or fails its CRC; re-read the topic."""
+
+
+# --------------------------------------------------------------------------- cluster
+
+
+class ZooKeeperClientError(TierlogError):
+    """ZooKeeper cannot be reached or refused what a broker needs from it: no connection within
+    ``zookeeper.connection.timeout.ms``, a broker id another live broker holds, a session that
+    expired under a request (Kafka's ZooKeeperClientException and its startup failures)."""
+
+
+# --------------------------------------------------------------------------- broker-to-broker
+
+
+class BrokerNotAvailableError(TierlogError, ConnectionError):
+    """Another broker cannot be reached: connection refused, reset or closed, or a request
+    to it timed out. The message names the broker's ``host:port``; every request pending on
+    the connection fails with it. A ``ConnectionError`` (an ``OSError``), so code that
+    handles socket failures handles this too. Not a wire error (Kafka's BROKER_NOT_AVAILABLE,
+    code 8, is what a broker *answers*)."""
+
+    def __init__(self, host: str, port: int, message: str) -> None:
+        super().__init__(f"{host}:{port}: {message}")
+        self.host = host
+        self.port = port
+
+
+class BrokerRequestTimeoutError(BrokerNotAvailableError, TimeoutError):
+    """A request to another broker got no response in time; the connection was closed (as
+    Kafka's NetworkClient disconnects on a request timeout), failing the other requests."""
 
 
 # --------------------------------------------------------------------------- Spark data source

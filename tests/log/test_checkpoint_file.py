@@ -159,3 +159,17 @@ def test_in_memory_checkpoint() -> None:
     cp.write([EpochEntry(1, 5)])
     assert cp.read() == [EpochEntry(1, 5)]
     assert cp.to_bytes() == b"0\n1\n1 5\n"
+
+
+def test_replication_offset_checkpoint_as_kafka_writes_it(tmp_path: Path) -> None:
+    # The high watermarks of a log dir (ReplicaManager.checkpointHighWatermarks): Kafka's name
+    # and format, entries in whatever order Kafka's map gave them.
+    assert log_file_utils.REPLICATION_OFFSET_CHECKPOINT_FILENAME == "replication-offset-checkpoint"
+    path = tmp_path / log_file_utils.REPLICATION_OFFSET_CHECKPOINT_FILENAME
+    path.write_bytes(b"0\n3\norders 1 77\n__consumer_offsets 49 0\norders 0 1234\n")
+    cp = OffsetCheckpointFile(path)
+    hws = cp.read()
+    assert hws == {("orders", 1): 77, ("__consumer_offsets", 49): 0, ("orders", 0): 1234}
+    cp.write(hws)
+    assert OffsetCheckpointFile(path).read() == hws
+    assert path.read_text().splitlines()[:2] == ["0", "3"]

@@ -462,6 +462,14 @@ class LogConfig:
         return int(self.values["flush.messages"])
 
     @property
+    def min_in_sync_replicas(self) -> int:
+        return int(self.values["min.insync.replicas"])
+
+    @property
+    def unclean_leader_election_enable(self) -> bool:
+        return bool(self.values["unclean.leader.election.enable"])
+
+    @property
     def flush_ms(self) -> int:
         return int(self.values["flush.ms"])
 

@@ -17,6 +17,7 @@ A second signal during shutdown is ignored: the flush must finish.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import resource
@@ -24,21 +25,32 @@ import signal
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tierlog.errors import TierlogError
+from tierlog.coordinator.group.group_coordinator import GroupCoordinator
+from tierlog.errors import ConfigError, TierlogError
 from tierlog.log.file_handle_cache import file_handle_cache
 from tierlog.log.log_manager import LogManager
+from tierlog.log.meta_properties import new_cluster_id, stored_cluster_id
 from tierlog.protocol.api_versions import preload_schemas
-from tierlog.server.group_coordinator import GroupCoordinator
+from tierlog.security.channel_builder import build_channel_builders
+from tierlog.security.credential_store import CredentialStore
+from tierlog.security.principal import ANONYMOUS, KafkaPrincipal
 from tierlog.server.kafka_apis import BrokerEndpoint, KafkaApis
 from tierlog.server.kafka_config import KafkaConfig
 from tierlog.server.network import SocketServer
 from tierlog.server.offset_store import OffsetStore, ensure_offsets_topic
 from tierlog.server.producer_id_manager import ProducerIdManager
 from tierlog.server.remote_log_metadata_publisher import REMOTE_LOG_METADATA_TOPIC_NAME
-from tierlog.server.replica_manager import ReplicaManager
+from tierlog.server.replica_manager import GROUP_METADATA_TOPIC_NAME, ReplicaManager
 from tierlog.server.tiered_storage import TieredStorage
+
+if TYPE_CHECKING:
+    from tierlog.cluster.cluster_link import PartitionChange
+    from tierlog.cluster.controller import KafkaController
+    from tierlog.cluster.kafka_zk_client import KafkaZkClient
+    from tierlog.cluster.partition import Partition
+    from tierlog.cluster.zk_broker import ZkBroker
 
 __all__ = ["Broker", "main", "run"]
 
@@ -57,6 +69,12 @@ class Broker:
         self.server: SocketServer | None = None
         self.tiered: TieredStorage | None = None
         self._tiered_task: asyncio.Task[None] | None = None
+        #: The cluster (None without zookeeper.connect: a single node).
+        self.zk: KafkaZkClient | None = None
+        self.zk_broker: ZkBroker | None = None
+        self.controller: KafkaController | None = None
+        self._isr_task: asyncio.Task[None] | None = None
+        self._hw_task: asyncio.Task[None] | None = None
         self.bound: list[tuple[str, int]] = []
         self._stopped = asyncio.Event()
         self._shutting_down = False
@@ -70,11 +88,18 @@ class Broker:
         """
         c = self.config
         t0 = time.monotonic()
+        # TLS stores and JAAS first: a bad one stops the broker before any log is touched.
+        credentials = CredentialStore.in_log_dir(c.log_dirs[0])
+        channels = build_channel_builders(c, credentials)
         _budget_open_files(c.log_max_open_files)
+        cluster_id = None
+        if c.zookeeper_connect is not None:
+            cluster_id = await self._connect_zookeeper()
         lm = LogManager(
             c.log_dirs,
             c.log_config(),
             node_id=c.node_id,
+            cluster_id=cluster_id,
             retention_check_interval_ms=c.log_retention_check_interval_ms,
             flush_check_interval_ms=c.log_flush_scheduler_interval_ms,
             flush_recovery_offset_checkpoint_interval_ms=c.log_flush_offset_checkpoint_interval_ms,
@@ -86,19 +111,30 @@ class Broker:
         # Loading logs is blocking file I/O (recovery after a crash): keep the loop free.
         await asyncio.to_thread(lm.startup)
         self.log_manager = lm
-        for lg in lm.all_logs():
-            # A single replica: everything in the log is committed.
-            lg.update_high_watermark(lg.log_end_offset)
-        num_offsets = ensure_offsets_topic(
-            lm, c.offsets_topic_num_partitions, c.offsets_topic_segment_bytes
-        )
+        zk_broker = self._new_zk_broker() if self.zk is not None else None
+        num_offsets = c.offsets_topic_num_partitions
+        if zk_broker is None:
+            for lg in lm.all_logs():
+                # A single replica: everything in the log is committed.
+                lg.update_high_watermark(lg.log_end_offset)
+            num_offsets = ensure_offsets_topic(
+                lm, c.offsets_topic_num_partitions, c.offsets_topic_segment_bytes
+            )
         tiered: TieredStorage | None = None
         if c.remote_log_storage_system_enable:
             tiered = TieredStorage(c, lm, asyncio.get_running_loop())
             self.tiered = tiered
             await asyncio.to_thread(tiered.start)
-        rm = ReplicaManager(lm, remote_log_manager=tiered.rlm if tiered is not None else None)
+        rm = ReplicaManager(
+            lm,
+            remote_log_manager=tiered.rlm if tiered is not None else None,
+            local_broker_id=c.node_id,
+            replica_lag_time_max_ms=c.replica_lag_time_max_ms,
+            cluster=zk_broker,
+        )
         self.replica_manager = rm
+        if zk_broker is not None:
+            await asyncio.to_thread(rm.load_high_watermarks)
         if tiered is not None:
             # Events appended to __remote_log_metadata wake the fetches parked on it.
             tiered.on_metadata_append = lambda mp: rm.wake(REMOTE_LOG_METADATA_TOPIC_NAME, mp)
@@ -110,7 +146,7 @@ class Broker:
             max_session_timeout_ms=c.group_max_session_timeout_ms,
             offsets_topic_num_partitions=num_offsets,
         )
-        await gc.start()
+        await gc.start(cluster=zk_broker is not None)
         self.group_coordinator = gc
 
         server = SocketServer(
@@ -125,21 +161,38 @@ class Broker:
         )
         self.server = server
         for e in c.listeners:
-            self.bound.append(await server.listen(e.host, e.port))
+            self.bound.append(await server.listen(e.host, e.port, channels[e.listener_name]))
         adv = c.advertised_listeners[0]
         port = adv.port or self.bound[0][1]
         host = adv.host or self.bound[0][0]
-        endpoint = BrokerEndpoint(c.node_id, host, port)
+        endpoint = BrokerEndpoint(c.node_id, host, port, c.broker_rack)
+        endpoints = _listener_endpoints(c, self.bound)
+        admin = None
+        if zk_broker is not None:
+            from tierlog.cluster.zk_admin import ZkAdminManager
+
+            admin = ZkAdminManager(zk_broker, c.log_config())
         self.apis = KafkaApis(
             config=c,
             log_manager=lm,
             replica_manager=rm,
             group_coordinator=gc,
-            producer_id_manager=ProducerIdManager(c.log_dirs[0]),
+            producer_id_manager=ProducerIdManager(
+                c.log_dirs[0],
+                allocate_block=None
+                if self.zk is None
+                else functools.partial(self.zk.allocate_producer_id_block, c.node_id),
+            ),
             endpoint=endpoint,
             cluster_id=lm.cluster_id,
             tiered=tiered,
+            cluster=zk_broker,
+            admin=admin,
+            credentials=credentials,
+            endpoints=endpoints,
         )
+        if zk_broker is not None:
+            await self._join_cluster(zk_broker, rm, gc)
         threading.Thread(target=_preload_schemas, name="preload-schemas", daemon=True).start()
         listening = ", ".join(f"{h}:{p}" for h, p in self.bound)
         log.info(
@@ -154,11 +207,143 @@ class Broker:
             ",".join(str(d) for d in c.log_dirs),
         )
 
-    def _handle(self, ev: Any, client_host: str) -> Any:
+    # ----------------------------------------------------------------- the cluster
+
+    async def _connect_zookeeper(self) -> str:
+        """Connect to ZooKeeper, create Kafka's top-level znodes; the cluster id (the one in
+        ZooKeeper, or the one of this broker's log dirs for a new cluster)."""
+        from tierlog.cluster.kafka_zk_client import KafkaZkClient
+
+        c = self.config
+        assert c.zookeeper_connect is not None
+        if c.remote_log_storage_system_enable:
+            raise ConfigError(
+                "remote.log.storage.system.enable",
+                "tiered storage in a ZooKeeper cluster is not supported yet; "
+                "run it on a single node (without zookeeper.connect)",
+            )
+        zk = KafkaZkClient(
+            c.zookeeper_connect,
+            session_timeout_ms=c.zookeeper_session_timeout_ms,
+            connection_timeout_ms=c.zookeeper_connection_timeout_ms,
+        )
+        await asyncio.to_thread(zk.start)
+        self.zk = zk
+        await asyncio.to_thread(zk.create_top_level_paths)
+        proposed = stored_cluster_id(c.log_dirs) or new_cluster_id()
+        cluster_id: str = await asyncio.to_thread(zk.get_or_create_cluster_id, proposed)
+        log.info("connected to ZooKeeper at %s: cluster %s", c.zookeeper_connect, cluster_id)
+        return cluster_id
+
+    def _new_zk_broker(self) -> ZkBroker:
+        from tierlog.cluster.broker_client import BrokerClient
+        from tierlog.cluster.replica_fetcher import FetcherConfig
+        from tierlog.cluster.zk_broker import ZkBroker
+
+        c = self.config
+        assert self.zk is not None
+        node = c.node_id
+        fetcher_config = FetcherConfig(
+            broker_id=node,
+            max_bytes=c.replica_fetch_max_bytes,
+            response_max_bytes=c.replica_fetch_response_max_bytes,
+            max_wait_ms=c.replica_fetch_wait_max_ms,
+            min_bytes=c.replica_fetch_min_bytes,
+            backoff_ms=c.replica_fetch_backoff_ms,
+            num_fetchers=c.num_replica_fetchers,
+        )
+        zk_broker = ZkBroker(
+            self.zk,
+            None,
+            node,
+            inter_broker_listener=c.inter_broker_listener_name,
+            fetcher_config=fetcher_config,
+            client_factory=lambda: BrokerClient(f"tierlog-broker-{node}-fetcher"),
+            loop=asyncio.get_running_loop(),
+        )
+        self.zk_broker = zk_broker
+        return zk_broker
+
+    async def _join_cluster(
+        self, zk_broker: ZkBroker, rm: ReplicaManager, gc: GroupCoordinator
+    ) -> None:
+        """Register (with the bound ports), read the cluster's metadata and take this
+        broker's replicas, start the controller candidate and the ISR expiration."""
+        from tierlog.cluster.controller import ControllerConfig, KafkaController
+        from tierlog.cluster.zk_data import BrokerEndPoint, BrokerInfo
+
+        c = self.config
+        assert self.zk is not None
+        endpoints = []
+        for e, (_bound_host, bound_port) in zip(c.advertised_listeners, self.bound, strict=False):
+            endpoints.append(
+                BrokerEndPoint(
+                    e.listener_name,
+                    e.host or _bound_host,
+                    e.port or bound_port,
+                    e.security_protocol,
+                )
+            )
+        zk_broker.info = BrokerInfo(c.node_id, tuple(endpoints), c.broker_rack)
+        zk_broker.attach(rm)
+
+        def coordinator_follows(change: PartitionChange, p: Partition | None) -> None:
+            if change.topic != GROUP_METADATA_TOPIC_NAME:
+                return
+            if p is not None and p.is_leader:
+                gc.on_election(change.partition)
+            else:
+                gc.on_resignation(change.partition)
+
+        zk_broker.on_partition_change(coordinator_follows)
+        await zk_broker.start()
+        await asyncio.to_thread(self._delete_topics_gone_from_cluster, zk_broker)
+        controller = KafkaController(
+            self.zk,
+            ControllerConfig(
+                broker_id=c.node_id,
+                unclean_leader_election_enable=bool(c.log_config().unclean_leader_election_enable),
+                auto_leader_rebalance_enable=c.auto_leader_rebalance_enable,
+                leader_imbalance_check_interval_s=float(c.leader_imbalance_check_interval_seconds),
+                leader_imbalance_per_broker_percentage=c.leader_imbalance_per_broker_percentage,
+            ),
+        )
+        controller.start()
+        self.controller = controller
+        if self.apis is not None:
+            self.apis.controller = controller
+        self._isr_task = asyncio.create_task(
+            zk_broker.run_isr_expiration(c.replica_lag_time_max_ms / 2000), name="isr-expiration"
+        )
+        self._hw_task = asyncio.create_task(
+            self._checkpoint_high_watermarks(c.replica_high_watermark_checkpoint_interval_ms),
+            name="highwatermark-checkpoint",
+        )
+
+    async def _checkpoint_high_watermarks(self, interval_ms: int) -> None:
+        rm = self.replica_manager
+        assert rm is not None
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            await asyncio.to_thread(rm.write_high_watermarks, rm.high_watermarks())
+
+    def _delete_topics_gone_from_cluster(self, zk_broker: ZkBroker) -> None:
+        """Local topics the cluster no longer has (deleted while this broker was down)."""
+        lm = self.log_manager
+        assert lm is not None
+        for name, info in lm.topics().items():
+            t = zk_broker.metadata.topic(name)
+            if t is None or (t.topic_id is not None and t.topic_id != info.topic_id):
+                log.info("topic %s was deleted while this broker was away: deleting it", name)
+                lm.delete_topic(name)
+
+    def _handle(
+        self, ev: Any, client_host: str, principal: KafkaPrincipal = ANONYMOUS, listener: str = ""
+    ) -> Any:
         apis = self.apis
         if apis is None:  # connections accepted before wiring finished (cannot happen)
             raise RuntimeError("broker not started")
-        return apis.handle(ev, client_host)
+        return apis.handle(ev, client_host, principal, listener)
 
     def request_stop(self) -> None:
         """Ask :meth:`serve_forever` to shut down (signal handlers call this)."""
@@ -180,6 +365,14 @@ class Broker:
             return
         self._shutting_down = True
         t0 = time.monotonic()
+        if self.zk_broker is not None and self.config.controlled_shutdown_enable:
+            try:
+                await self.zk_broker.controlled_shutdown(
+                    self.config.controlled_shutdown_max_retries,
+                    self.config.controlled_shutdown_retry_backoff_ms / 1000,
+                )
+            except Exception as e:
+                log.warning("controlled shutdown failed, shutting down anyway: %s", e)
         if self.server is not None:
             await self.server.stop()
         if self.group_coordinator is not None:
@@ -200,9 +393,36 @@ class Broker:
                 await asyncio.to_thread(self.tiered.close)
             except Exception:
                 log.exception("tiered storage stop failed")
+        for task in (self._isr_task, self._hw_task):
+            if task is not None:
+                task.cancel()
+        if self.zk_broker is not None and self.replica_manager is not None:
+            rm = self.replica_manager
+            await asyncio.to_thread(rm.write_high_watermarks, rm.high_watermarks())
+        if self.controller is not None:
+            await asyncio.to_thread(self.controller.stop)
+        if self.zk_broker is not None:
+            await self.zk_broker.close()
         if self.log_manager is not None:
             await asyncio.to_thread(self.log_manager.shutdown)
+        if self.zk is not None:
+            # Last: closing the session removes the registration, which tells the controller.
+            await asyncio.to_thread(self.zk.close)
         log.info("tierlog broker stopped cleanly in %.2fs", time.monotonic() - t0)
+
+
+def _listener_endpoints(c: KafkaConfig, bound: list[tuple[str, int]]) -> dict[str, BrokerEndpoint]:
+    """Each listener's advertised address (advertised.listeners of the same name, else the
+    bound address), so a client of one listener is never sent to another's port."""
+    bound_by_name = {e.listener_name: b for e, b in zip(c.listeners, bound, strict=True)}
+    out: dict[str, BrokerEndpoint] = {}
+    for e in c.listeners:
+        adv = next((a for a in c.advertised_listeners if a.listener_name == e.listener_name), e)
+        b_host, b_port = bound_by_name[e.listener_name]
+        out[e.listener_name] = BrokerEndpoint(
+            c.node_id, adv.host or b_host, adv.port or b_port, c.broker_rack
+        )
+    return out
 
 
 def _preload_schemas() -> None:

@@ -10,23 +10,30 @@ Not thread-safe: the event loop thread calls :meth:`KafkaApis.handle`.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import logging
 import types
 import typing
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.index import load_response_schema
 
 from tierlog.errors import InvalidRequest
+from tierlog.security.principal import ANONYMOUS, KafkaPrincipal
 
 if TYPE_CHECKING:
+    from tierlog.cluster.controller import KafkaController
+    from tierlog.cluster.zk_admin import ZkAdminManager
+    from tierlog.cluster.zk_broker import ZkBroker
+    from tierlog.coordinator.group.group_coordinator import GroupCoordinator
+    from tierlog.log.log_config import LogConfig
     from tierlog.log.log_manager import LogManager
-    from tierlog.server.group_coordinator import GroupCoordinator
+    from tierlog.security.credential_store import CredentialStore
     from tierlog.server.kafka_config import KafkaConfig
     from tierlog.server.producer_id_manager import ProducerIdManager
     from tierlog.server.replica_manager import ReplicaManager
@@ -143,38 +150,83 @@ class KafkaApis:
         cluster_id: str,
         on_topics_changed: Callable[[str], None] | None = None,
         tiered: TieredStorage | None = None,
+        cluster: ZkBroker | None = None,
+        controller: KafkaController | None = None,
+        admin: ZkAdminManager | None = None,
+        credentials: CredentialStore | None = None,
+        endpoints: Mapping[str, BrokerEndpoint] | None = None,
     ) -> None:
         self.config = config
         self.log_manager = log_manager
         self.replica_manager = replica_manager
         self.group_coordinator = group_coordinator
         self.producer_id_manager = producer_id_manager
-        self.endpoint = endpoint
+        self._default_endpoint = endpoint
+        #: This node as each listener advertises it (Metadata answers with the address of the
+        #: listener the request came in on, as Kafka does).
+        self._endpoints = dict(endpoints or {})
+        #: The listener of the request being dispatched.
+        self.listener_name = ""
         self.cluster_id = cluster_id
         self.node_id = endpoint.node_id
         self._on_topics_changed = on_topics_changed
         #: Tiered storage (None when remote.log.storage.system.enable=false).
         self.tiered = tiered
+        #: The cluster (None: a single node, which is every partition's only replica).
+        self.cluster = cluster
+        self.controller = controller
+        self.admin = admin
         #: The client address of the request being dispatched (JoinGroup's client_host).
         self.client_host = ""
+        #: Work a request started and does not wait for (auto-created topics), by name.
+        self._background: dict[str, asyncio.Future[None]] = {}
+        #: The principal of the request being dispatched (``User:alice``; for the ACLs).
+        self.principal: KafkaPrincipal = ANONYMOUS
+        #: SCRAM credentials (AlterUserScramCredentials); None: the APIs answer with an error.
+        self.credentials = credentials
         from tierlog.server.handlers import HANDLERS
 
         self._handlers: dict[int, Handler] = dict(HANDLERS)
 
-    def handle(self, ev: Request, client_host: str = "") -> HandlerResult:
+    @property
+    def endpoint(self) -> BrokerEndpoint:
+        """This node as the current request's listener advertises it."""
+        return self._endpoints.get(self.listener_name, self._default_endpoint)
+
+    def handle(
+        self,
+        ev: Request,
+        client_host: str = "",
+        principal: KafkaPrincipal = ANONYMOUS,
+        listener_name: str = "",
+    ) -> HandlerResult:
         """The response (or awaitable, or None) for one request event.
 
-        ``client_host`` is the peer address; handlers read it as :attr:`client_host` before
-        their first await.
+        ``client_host`` is the peer address and ``principal`` who the connection authenticated
+        as; handlers read them as :attr:`client_host` and :attr:`principal` before their first
+        await.
 
         Raises:
             KeyError: no handler for the API key (the protocol layer only lets advertised
                 keys through, so this is a bug or a table mismatch).
         """
         self.client_host = client_host
+        self.principal = principal
+        self.listener_name = listener_name
         handler = self._handlers[ev.api_key]
         check_nulls(ev.request)
         return handler(self, ev)
+
+    def in_background(self, name: str, coro: Coroutine[Any, Any, None]) -> bool:
+        """Run ``coro`` in the background under ``name`` unless work of that name is already
+        running (then ``coro`` is closed unstarted); True when started."""
+        if name in self._background:
+            coro.close()
+            return False
+        task = asyncio.ensure_future(coro)
+        self._background[name] = task
+        task.add_done_callback(lambda _t: self._background.pop(name, None))
+        return True
 
     def supports(self, api_key: int) -> bool:
         return api_key in self._handlers
@@ -189,8 +241,59 @@ class KafkaApis:
             self._on_topics_changed(name)
 
     def topic_name_for_id(self, topic_id: uuid.UUID) -> str | None:
+        if self.cluster is not None:
+            return self.cluster.metadata.topic_name(topic_id)
         info = self.log_manager.topic_by_id(topic_id)
         return None if info is None else str(info.name)
+
+    def topic_config(self, name: str) -> LogConfig | None:
+        """A topic's effective config: its overrides (the registry's, or ZooKeeper's in a
+        cluster) over the broker defaults; None for an unknown topic."""
+        if self.cluster is not None:
+            t = self.cluster.metadata.topic(name)
+            if t is None:
+                return None
+            return self.log_manager.default_config.with_overrides(t.configs)
+        info = self.log_manager.topic(name)
+        return None if info is None else info.config
+
+    def broker_endpoint(self, broker_id: int) -> BrokerEndpoint | None:
+        """A live broker's address for clients: the other broker's listener of the same name
+        as the one the request came in on (else this broker's first advertised listener's)."""
+        if self.cluster is None:
+            return self.endpoint if broker_id == self.node_id else None
+        info = self.cluster.metadata.brokers.get(broker_id)
+        if info is None:
+            return None
+        listener = self.listener_name or self.config.advertised_listeners[0].listener_name
+        ep = info.endpoint(listener) or (info.endpoints[0] if info.endpoints else None)
+        if ep is None:
+            return None
+        return BrokerEndpoint(broker_id, ep.host, ep.port, info.rack)
+
+    def alive_brokers(self) -> list[BrokerEndpoint]:
+        if self.cluster is None:
+            return [self.endpoint]
+        out = []
+        for b in self.cluster.metadata.alive_broker_ids():
+            e = self.broker_endpoint(b)
+            if e is not None:
+                out.append(e)
+        return out
+
+    @property
+    def controller_id(self) -> int:
+        if self.cluster is None:
+            return self.node_id
+        c = self.cluster.metadata.controller_id
+        return -1 if c is None else c
+
+    def current_leader(self, topic: str, partition: int) -> tuple[int, int] | None:
+        """(leader id, leader epoch) of a partition, for KIP-951's ``current_leader``."""
+        if self.cluster is not None:
+            return self.cluster.metadata.leader(topic, partition)
+        p = self.replica_manager.get_partition(topic, partition)
+        return None if p is None else (self.node_id, p.leader_epoch)
 
 
 AsyncResult = Awaitable[Any]

@@ -21,18 +21,26 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from tierlog.errors import ApiError, CoordinatorNotAvailable, KafkaStorageError
+from tierlog.errors import (
+    ApiError,
+    CoordinatorNotAvailable,
+    KafkaStorageError,
+    NotLeaderOrFollower,
+)
 from tierlog.log.log_replay import iter_log_records
 from tierlog.records.default_records import build_batch
 from tierlog.server.replica_manager import GROUP_METADATA_TOPIC_NAME
 
 if TYPE_CHECKING:
     from tierlog.log.log_manager import LogManager
+    from tierlog.server.kafka_apis import KafkaApis
     from tierlog.server.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
 _REPLAY_CHUNK = 1 << 20
+#: How long a commit waits for the ISR (Kafka's offsets.commit.timeout.ms).
+_COMMIT_TIMEOUT_MS = 5000
 
 
 def offsets_topic_configs(segment_bytes: int) -> dict[str, str]:
@@ -63,8 +71,44 @@ def ensure_offsets_topic(log_manager: LogManager, num_partitions: int, segment_b
     return int(info.num_partitions)
 
 
+def ensure_offsets_topic_in_cluster(apis: KafkaApis) -> None:
+    """Create ``__consumer_offsets`` in the cluster, in the background (Kafka creates it on
+    the first FindCoordinator): ``offsets.topic.num.partitions`` partitions of
+    ``offsets.topic.replication.factor`` replicas, refused (logged, asked again by the next
+    FindCoordinator) while fewer brokers are alive."""
+    from tierlog.cluster.zk_admin import NewClusterTopic
+
+    admin = apis.admin
+    if admin is None:
+        return
+    c = apis.config
+    rf = c.offsets_topic_replication_factor
+    alive = len(apis.alive_brokers())
+    if alive < rf:
+        log.warning(
+            "cannot create %s yet: offsets.topic.replication.factor is %d and %d brokers are "
+            "alive",
+            GROUP_METADATA_TOPIC_NAME, rf, alive,
+        )  # fmt: skip
+        return
+    topic = NewClusterTopic(
+        GROUP_METADATA_TOPIC_NAME,
+        c.offsets_topic_num_partitions,
+        rf,
+        offsets_topic_configs(c.offsets_topic_segment_bytes),
+    )
+
+    async def create() -> None:
+        (result,) = await admin.create_topics([topic], validate_only=False, timeout_ms=0)
+        if isinstance(result, ApiError):
+            log.info("creating %s: %s", GROUP_METADATA_TOPIC_NAME, result)
+
+    apis.in_background(f"create topic {GROUP_METADATA_TOPIC_NAME}", create())
+
+
 class OffsetStore:
-    """The coordinator's ``OffsetStore`` on the logs of ``__consumer_offsets``."""
+    """The group coordinator's :class:`tierlog.coordinator.offset_store.OffsetStore` on the
+    logs of ``__consumer_offsets``."""
 
     def __init__(self, replica_manager: ReplicaManager) -> None:
         self._rm = replica_manager
@@ -95,10 +139,17 @@ class OffsetStore:
         batch = build_batch([(now, k, v) for k, v in records])
         self._log(partition)  # raises CoordinatorNotAvailable when the partition is missing
         rm, topic = self._rm, GROUP_METADATA_TOPIC_NAME
+        # Kafka's offsets.commit.required.acks (-1): a commit is acknowledged once the ISR
+        # has it, so it survives the coordinator's broker.
         if rm.append_in_thread(topic, partition):  # flush.messages: the append may fsync
-            r = await rm.append_records_in_thread(topic, partition, batch, internal=True)
+            r = await rm.append_records_in_thread(
+                topic, partition, batch, internal=True, required_acks=-1
+            )
         else:
-            r = rm.append_records(topic, partition, batch, internal=True)
+            r = rm.append_records(topic, partition, batch, internal=True, required_acks=-1)
+        r = await rm.wait_for_acks(topic, partition, r, _COMMIT_TIMEOUT_MS)
+        if r.error_code == NotLeaderOrFollower.error_code:
+            raise NotLeaderOrFollower(f"{GROUP_METADATA_TOPIC_NAME}-{partition} moved")
         if r.error_code:
             raise KafkaStorageError(
                 f"append to {GROUP_METADATA_TOPIC_NAME}-{partition} failed: "

@@ -10,12 +10,19 @@ Before the first id of a block is handed out, ``next.block.start`` is moved past
 and written atomically (temp file + fsync + rename). A crash loses at most the rest of the
 current block: ids are skipped, never repeated.
 
+In a cluster the blocks come from ZooKeeper instead (``/latest_producer_id_block``, Kafka's
+ZooKeeper-mode ``ZkProducerIdManager``): ``allocate_block`` claims the next one with a
+compare-and-set, so no two brokers hand out the same id (a repeated id would make a new
+producer's first batches look like another producer's duplicates). That blocks the event loop
+for one ZooKeeper round trip per block of 1000 producers.
+
 Not thread-safe: call from the event loop thread. Allocation is idempotent only in the sense
 that a restart never returns an id given before.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from tierlog.errors import KafkaStorageError
@@ -29,12 +36,20 @@ _VERSION = 0
 class ProducerIdManager:
     """Hands out producer ids that never repeat, even across crashes."""
 
-    def __init__(self, log_dir: Path | str, block_size: int = PRODUCER_ID_BLOCK_SIZE) -> None:
+    def __init__(
+        self,
+        log_dir: Path | str,
+        block_size: int = PRODUCER_ID_BLOCK_SIZE,
+        *,
+        allocate_block: Callable[[int], int] | None = None,
+    ) -> None:
         self._path = Path(log_dir) / PRODUCER_ID_BLOCK_FILENAME
         self._block_size = block_size
         self._next = 0
         self._block_end = 0  # exclusive; _next == _block_end means a new block is needed
-        self._stored_next_block = self._load()
+        #: The cluster's block source (block size -> first id); None: the local file.
+        self._allocate_block = allocate_block
+        self._stored_next_block = self._load() if allocate_block is None else 0
 
     def _load(self) -> int:
         try:
@@ -61,6 +76,12 @@ class ProducerIdManager:
         Raises:
             KafkaStorageError: the block file could not be written.
         """
+        if self._next >= self._block_end and self._allocate_block is not None:
+            try:
+                start = self._allocate_block(self._block_size)
+            except Exception as e:  # ZooKeeper down: the client retries InitProducerId
+                raise KafkaStorageError(f"cannot claim a producer id block: {e}") from e
+            self._next, self._block_end = start, start + self._block_size
         if self._next >= self._block_end:
             start = self._stored_next_block
             end = start + self._block_size

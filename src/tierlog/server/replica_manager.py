@@ -1,30 +1,23 @@
-"""The partitions this node leads (all of them) and the produce/fetch paths over their logs.
+"""Kafka's ``ReplicaManager``: the partitions this broker hosts, the produce and fetch paths
+over their logs, and leadership changes.
 
-A single tierlog node is the leader and only replica of every partition, so ``acks=1`` and
-``acks=all`` are satisfied once the batch is in the log, and the high watermark moves to the
-log end offset right after each append (Kafka's ``Partition.appendRecordsToLeader`` followed
-by ``maybeIncrementLeaderHW`` with an ISR of one).
+A single node is a cluster of one: it is the leader and only replica of every partition
+(created on first use from the log manager), the ISR is itself, so the high watermark moves to
+the log end offset right after each append and ``acks=all`` is satisfied at once. In a cluster
+(:mod:`tierlog.cluster`) a partition is hosted once the controller's state names this broker a
+replica (:meth:`ReplicaManager.become_leader_or_follower`): leaders take produces and serve
+fetches (consumers up to the high watermark, followers up to the log end offset, with epoch
+fencing and divergence answers), followers fetch from their leader
+(:mod:`tierlog.cluster.replica_fetcher`); requests for a partition led elsewhere get
+NOT_LEADER_OR_FOLLOWER. ``acks=all`` waits until the ISR has the batch (Kafka's
+DelayedProduce, :meth:`ReplicaManager.wait_for_acks`); followers that fall behind for
+``replica.lag.time.max.ms`` leave the ISR (:meth:`ReplicaManager.shrink_isrs`).
 
 Fetch long-poll (Kafka's ``DelayedFetch``): a fetch that does not reach ``min_bytes`` parks
 one future on every partition it reads; the next append to any of them completes the future
 and the fetch reads again, until ``min_bytes`` is reached or ``max_wait_ms`` expires. Appends
-pay one list check per partition for this.
-
-Remote reads (tiered storage, KIP-405): a fetch offset in [log start offset, local log start
-offset) of a partition with remote storage is read from remote storage by the
-RemoteLogManager. Every such partition of a request is read at once, on the manager's
-``remote.log.reader.threads`` pool, and the response waits for them up to
-``remote.fetch.max.wait.ms`` (Kafka <= 4.1 served only the first one per request). Each gets
-``min(partition max bytes, what is left of the request's max bytes)`` and ``min_one_message``
-only while the response holds no data yet, as a local read. Outcome per partition, the others
-unaffected: data; OFFSET_OUT_OF_RANGE (1) when no remote segment holds the offset;
-KAFKA_STORAGE_ERROR (56, retriable) when remote storage fails or returns corrupt data;
-empty records and no error when the read is not done by the deadline (Kafka's
-DelayedRemoteFetch expiry: the client simply fetches again) or when
-``remote.log.manager.fetch.max.bytes.per.second`` is exceeded. Consumers never get
-OFFSET_MOVED_TO_TIERED_STORAGE (109); followers (replica id >= 0) do, as in Kafka. After each
-remote read the range a sequential consumer asks for next is read ahead
-(:mod:`tierlog.server.remote_read_ahead`).
+pay one list check per partition for this. Remote reads (tiered storage) are
+:mod:`tierlog.server.delayed_remote_fetch`'s.
 
 Runs on the event loop thread only (not thread-safe). The log calls made here are the cheap
 ones and are called directly: an append is a page-cache write (~1 ms of CPU per MB measured,
@@ -39,34 +32,45 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tierlog.cluster.partition import Partition
 from tierlog.errors import (
     ApiError,
+    CorruptCheckpointError,
     CorruptRecordError,
     InvalidRecord,
     InvalidTopic,
     KafkaStorageError,
+    NotEnoughReplicas,
+    NotEnoughReplicasAfterAppend,
+    NotLeaderOrFollower,
     OffsetMovedToTieredStorage,
     OffsetOutOfRange,
-    RemoteResourceNotFoundError,
-    RemoteStorageError,
+    RequestTimedOut,
     UnknownTopicOrPartition,
 )
+from tierlog.log.checkpoint_file import OffsetCheckpointFile
 from tierlog.log.log_config import LONG_MAX
+from tierlog.log.log_file_utils import REPLICATION_OFFSET_CHECKPOINT_FILENAME
 from tierlog.records.record_batch import LOG_OVERHEAD, read_header
+from tierlog.server.delayed_remote_fetch import DelayedRemoteFetch
 
 if TYPE_CHECKING:
-    from tierlog.log.log import Log
+    from tierlog.cluster.cluster_link import ClusterLink, PartitionChange
     from tierlog.log.log_manager import LogManager
-    from tierlog.server.remote_read_ahead import RemoteReadAhead
     from tierlog.tiered.remote_log_manager import RemoteLogManager
     from tierlog.tiered.remote_log_reader import RemoteStorageFetchInfo
 
 log = logging.getLogger(__name__)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
 
 #: Internal topics that clients may read but never produce to.
 GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
@@ -75,46 +79,6 @@ INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC_NAME, "__remote_log_metadata"}
 #: Fetch isolation levels (FetchRequest.isolation_level).
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
-
-
-class Partition:
-    """One partition this node leads: its log plus the fetches waiting for its next append."""
-
-    __slots__ = ("_lock", "_waiters", "index", "log", "topic", "topic_id")
-
-    def __init__(self, topic: str, index: int, log: Log, topic_id: uuid.UUID | None) -> None:
-        self.topic = topic
-        self.index = index
-        self.log = log
-        self.topic_id = topic_id
-        self._waiters: list[asyncio.Future[None]] = []
-        self._lock: asyncio.Lock | None = None
-
-    def append_lock(self) -> asyncio.Lock:
-        """Serialises appends that run in threads (FIFO: request order is kept)."""
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        return self._lock
-
-    def add_waiter(self, fut: asyncio.Future[None]) -> None:
-        self._waiters.append(fut)
-
-    def remove_waiter(self, fut: asyncio.Future[None]) -> None:
-        try:
-            self._waiters.remove(fut)
-        except ValueError:
-            pass
-
-    def wake_waiters(self) -> None:
-        """Complete every parked fetch (after an append, a truncation or a deletion)."""
-        if self._waiters:
-            waiters, self._waiters = self._waiters, []
-            for fut in waiters:
-                if not fut.done():
-                    fut.set_result(None)
-
-    def __repr__(self) -> str:
-        return f"Partition({self.topic}-{self.index})"
 
 
 @dataclass(slots=True)
@@ -128,6 +92,8 @@ class ProducePartitionResult:
     error_message: str | None = None
     #: INVALID_RECORD: (index of the record in its batch, message), Kafka's RecordError.
     record_errors: tuple[tuple[int, str | None], ...] = ()
+    #: The last offset of the appended batch (acks=all waits for the high watermark past it).
+    last_offset: int = -1
 
 
 @dataclass(slots=True)
@@ -141,6 +107,8 @@ class FetchPartitionResult:
     records: bytes | memoryview | None = None
     #: Set while the records must still be read from remote storage.
     remote: RemoteStorageFetchInfo | None = None
+    #: For a follower whose log diverged: (epoch, end offset) of the leader's log (KIP-595).
+    diverging_epoch: tuple[int, int] | None = None
 
     @property
     def size(self) -> int:
@@ -156,25 +124,46 @@ class FetchPartitionRequest:
     fetch_offset: int
     partition_max_bytes: int
     error_code: int = 0  # set when the topic could not be resolved (UNKNOWN_TOPIC_ID)
+    #: The fetcher's view of the leader epoch (KIP-320); -1: not checked.
+    current_leader_epoch: int = -1
+    #: A follower's epoch of its last batch (KIP-595); -1: no divergence check.
+    last_fetched_epoch: int = -1
 
 
 class ReplicaManager:
-    """Leader-side produce and fetch over the LogManager's logs."""
+    """Produce and fetch over the hosted partitions; leadership changes (cluster mode)."""
 
     def __init__(
-        self, log_manager: LogManager, *, remote_log_manager: RemoteLogManager | None = None
+        self,
+        log_manager: LogManager,
+        *,
+        remote_log_manager: RemoteLogManager | None = None,
+        local_broker_id: int = 0,
+        replica_lag_time_max_ms: int = 30_000,
+        cluster: ClusterLink | None = None,
+        time_ms: Callable[[], int] = _now_ms,
     ) -> None:
         self.log_manager = log_manager
+        self.local_broker_id = local_broker_id
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        #: ZooKeeper and the replica fetchers; None on a single node (a cluster of one).
+        self.cluster = cluster
+        self._time_ms = time_ms
         self._partitions: dict[tuple[str, int], Partition] = {}
+        #: High watermarks read at startup, applied when the partition is hosted.
+        self._checkpointed_hw: dict[tuple[str, int], int] = {}
         #: Serves offsets below the local log start offset (None: no tiered storage).
         self.remote_log_manager = remote_log_manager
-        self._read_ahead: RemoteReadAhead | None = None
+        self._remote = (
+            DelayedRemoteFetch(remote_log_manager) if remote_log_manager is not None else None
+        )
 
     # ----------------------------------------------------------------- partitions
 
     def get_partition(self, topic: str, index: int) -> Partition | None:
-        """The partition object, created on first use from the log manager's log (which
-        opens the log on its first use).
+        """The hosted partition. On a single node it is created on first use from the log
+        manager's log (which opens the log on its first use); in a cluster partitions exist
+        once the metadata made this broker a replica (:meth:`become_leader_or_follower`).
 
         Raises:
             KafkaStorageError: the log could not be opened (EMFILE, ENOSPC, a failing disk):
@@ -182,7 +171,7 @@ class ReplicaManager:
         """
         key = (topic, index)
         p = self._partitions.get(key)
-        if p is not None:
+        if p is not None or self.cluster is not None:
             return p
         try:
             lg = self.log_manager.get_log(topic, index)
@@ -194,9 +183,151 @@ class ReplicaManager:
             return None
         info = self.log_manager.topic(topic)
         topic_id = getattr(info, "topic_id", None) if info is not None else None
-        p = Partition(topic, index, lg, topic_id)
+        p = Partition(topic, index, lg, topic_id, local_broker_id=self.local_broker_id)
         self._partitions[key] = p
         return p
+
+    def not_here_error(self, topic: str, index: int) -> int:
+        """The error for a partition this broker does not host: NOT_LEADER_OR_FOLLOWER when
+        the cluster has it elsewhere (the client refreshes its metadata), else
+        UNKNOWN_TOPIC_OR_PARTITION."""
+        if self.cluster is not None and self.cluster.has_partition(topic, index):
+            return NotLeaderOrFollower.error_code
+        return UnknownTopicOrPartition.error_code
+
+    def become_leader_or_follower(self, change: PartitionChange) -> Partition | None:
+        """Apply one partition's state from the controller (ZooKeeper): host it (creating
+        its log when new), then lead or follow. Returns the partition (None when this broker
+        is not a replica, or the log cannot be created: it is then logged).
+
+        Kafka's ReplicaManager.becomeLeaderOrFollower for one partition: a stale epoch is
+        ignored; leaders stop fetching and set the epoch at their log end offset; followers
+        fail their parked acks=all produces and fetch from the new leader.
+        """
+        key = (change.topic, change.partition)
+        p = self._partitions.get(key)
+        if self.local_broker_id not in change.replicas:
+            if p is not None:  # moved away (a reassignment): its copy here goes
+                log.info("%s-%d moved to %s: deleting the replica here",
+                         change.topic, change.partition, list(change.replicas))  # fmt: skip
+                self.stop_replica(change.topic, change.partition, delete=True)
+            return None
+        if p is None:
+            try:
+                lg = self.log_manager.ensure_replica(
+                    change.topic, change.topic_id, change.partition, change.configs
+                )
+            except (ApiError, OSError) as e:
+                log.error("cannot host %s-%d: %s", change.topic, change.partition, e)
+                return None
+            p = Partition(
+                change.topic,
+                change.partition,
+                lg,
+                change.topic_id,
+                local_broker_id=self.local_broker_id,
+            )
+            p.leader_id = -1  # until the state below
+            hw = self._checkpointed_hw.pop(key, None)
+            if hw is not None and hw > lg.high_watermark:
+                lg.update_high_watermark(hw)
+            self._partitions[key] = p
+        now = self._time_ms()
+        if change.leader == self.local_broker_id:
+            if p.make_leader(
+                change.leader_epoch, change.isr, change.replicas, change.partition_epoch, now
+            ):
+                if self.cluster is not None:
+                    self.cluster.remove_fetcher(p)
+                log.info(
+                    "leader of %s-%d in epoch %d, isr %s",
+                    p.topic, p.index, p.leader_epoch, sorted(p.isr),
+                )  # fmt: skip
+        else:
+            was_leader = p.is_leader
+            if (
+                p.make_follower(
+                    change.leader,
+                    change.leader_epoch,
+                    change.isr,
+                    change.replicas,
+                    change.partition_epoch,
+                )
+                or was_leader
+            ):
+                if self.cluster is not None:
+                    self.cluster.add_fetcher(p)
+                log.info(
+                    "follower of %s-%d: leader %d, epoch %d",
+                    p.topic, p.index, p.leader_id, p.leader_epoch,
+                )  # fmt: skip
+        p.wake_waiters()
+        return p
+
+    def stop_replica(self, topic: str, index: int, *, delete: bool) -> None:
+        """Stop hosting a partition (moved away, or its topic deleted): stop fetching, fail
+        what waits on it, and with ``delete`` remove its log."""
+        p = self._partitions.pop((topic, index), None)
+        if p is not None:
+            if self.cluster is not None:
+                self.cluster.remove_fetcher(p)
+            p.leader_id = -1
+            p.close()
+        if delete:
+            self.log_manager.delete_replica(topic, index)
+
+    async def shrink_isrs(self) -> None:
+        """Kafka's maybeShrinkIsr, for every partition this broker leads: followers that
+        have not caught up for ``replica.lag.time.max.ms`` leave the ISR."""
+        if self.cluster is None:
+            return
+        now = self._time_ms()
+        for p in list(self._partitions.values()):
+            if not p.is_leader or p.isr_change_pending or len(p.isr) <= 1:
+                continue
+            out = p.out_of_sync_replicas(now, self.replica_lag_time_max_ms)
+            if out:
+                log.info(
+                    "shrinking the ISR of %s-%d from %s to %s: %s not caught up for %d ms",
+                    p.topic, p.index, sorted(p.isr), sorted(p.isr - out), sorted(out),
+                    self.replica_lag_time_max_ms,
+                )  # fmt: skip
+                await self.cluster.alter_isr(p, p.isr - out)
+                p.maybe_increment_high_watermark()
+
+    # ----------------------------------------------------------------- HW checkpoints
+
+    def load_high_watermarks(self) -> None:
+        """Read each log dir's ``replication-offset-checkpoint`` (Kafka's format: version,
+        count, ``topic partition offset`` lines); a partition hosted later starts with its
+        checkpointed high watermark. An unreadable file is logged and ignored (the leader's
+        high watermark comes back with the first fetches)."""
+        for d in self.log_manager.log_dirs:
+            path = d / REPLICATION_OFFSET_CHECKPOINT_FILENAME
+            try:
+                self._checkpointed_hw.update(OffsetCheckpointFile(path).read())
+            except FileNotFoundError:
+                continue
+            except (OSError, CorruptCheckpointError) as e:
+                log.warning("ignoring unreadable %s: %s", path, e)
+
+    def high_watermarks(self) -> dict[Path, dict[tuple[str, int], int]]:
+        """Every hosted partition's high watermark, by log dir (on the loop thread)."""
+        out: dict[Path, dict[tuple[str, int], int]] = {d: {} for d in self.log_manager.log_dirs}
+        for p in self._partitions.values():
+            out.setdefault(Path(p.log.dir).parent, {})[(p.topic, p.index)] = p.log.high_watermark
+        return out
+
+    @staticmethod
+    def write_high_watermarks(by_dir: dict[Path, dict[tuple[str, int], int]]) -> None:
+        """Write ``replication-offset-checkpoint`` in each log dir (blocking: a worker
+        thread; Kafka's checkpointHighWatermarks every
+        ``replica.high.watermark.checkpoint.interval.ms`` and at shutdown)."""
+        for d, offsets in by_dir.items():
+            try:
+                OffsetCheckpointFile(d / REPLICATION_OFFSET_CHECKPOINT_FILENAME).write(offsets)
+            except OSError as e:
+                log.warning("cannot write the high watermark checkpoint in %s: %s", d, e)
 
     def wake(self, topic: str, index: int) -> None:
         """Complete the fetches parked on a partition (an append that did not come through
@@ -206,9 +337,12 @@ class ReplicaManager:
             p.wake_waiters()
 
     def forget_topic(self, topic: str) -> None:
-        """Drop the cached partitions of a deleted (or re-created) topic; wake their fetches."""
+        """Drop the cached partitions of a deleted (or re-created) topic (single node; a
+        cluster stops its replicas with :meth:`stop_replica`); wake their fetches."""
+        if self.cluster is not None:
+            return
         for key in [k for k in self._partitions if k[0] == topic]:
-            self._partitions.pop(key).wake_waiters()
+            self._partitions.pop(key).close()
 
     def partitions(self) -> Iterable[Partition]:
         return list(self._partitions.values())
@@ -216,20 +350,28 @@ class ReplicaManager:
     # ----------------------------------------------------------------- produce
 
     def append_records(
-        self, topic: str, index: int, records: bytes | None, *, internal: bool = False
+        self,
+        topic: str,
+        index: int,
+        records: bytes | None,
+        *,
+        internal: bool = False,
+        required_acks: int = 1,
     ) -> ProducePartitionResult:
         """Append one produced batch to the leader log and advance the high watermark.
 
         Validation that needs no log state happens here (exactly one magic-2 batch, no
         control batches from clients); the log checks the CRC, sizes, timestamps and
-        producer sequences. Errors come back as a result, never raised.
+        producer sequences. With ``required_acks=-1`` an ISR smaller than the topic's
+        ``min.insync.replicas`` refuses the batch (NOT_ENOUGH_REPLICAS) and the caller waits
+        with :meth:`wait_for_acks`. Errors come back as a result, never raised.
         """
-        checked = self._check_append(topic, index, records, internal)
+        checked = self._check_append(topic, index, records, internal, required_acks)
         if isinstance(checked, ProducePartitionResult):
             return checked
         assert records is not None  # _check_append refused empty input
         try:
-            info = checked.log.append(records, leader_epoch=0)
+            info = checked.log.append(records, leader_epoch=checked.leader_epoch)
         except (ApiError, OSError) as e:
             return self._append_failed(checked, e)
         return self._appended(checked, info)
@@ -244,26 +386,66 @@ class ReplicaManager:
         return p is not None and p.log.config.flush_interval < LONG_MAX
 
     async def append_records_in_thread(
-        self, topic: str, index: int, records: bytes | None, *, internal: bool = False
+        self,
+        topic: str,
+        index: int,
+        records: bytes | None,
+        *,
+        internal: bool = False,
+        required_acks: int = 1,
     ) -> ProducePartitionResult:
         """:meth:`append_records` with the append (and its fsync) in a worker thread.
 
         Appends to one partition stay in request order: they queue on the partition's
         lock (asyncio locks are FIFO) before entering the thread.
         """
-        checked = self._check_append(topic, index, records, internal)
+        checked = self._check_append(topic, index, records, internal, required_acks)
         if isinstance(checked, ProducePartitionResult):
             return checked
         assert records is not None  # _check_append refused empty input
         async with checked.append_lock():
+            if not checked.is_leader:
+                return ProducePartitionResult(NotLeaderOrFollower.error_code)
             try:
-                info = await asyncio.to_thread(checked.log.append, records, leader_epoch=0)
+                info = await asyncio.to_thread(
+                    checked.log.append, records, leader_epoch=checked.leader_epoch
+                )
             except (ApiError, OSError) as e:
                 return self._append_failed(checked, e)
         return self._appended(checked, info)
 
+    def must_wait_for_acks(self, topic: str, index: int, result: ProducePartitionResult) -> bool:
+        """Whether an acks=all append must wait: the high watermark has not passed it yet
+        (never on a single node, where it moves with the append)."""
+        p = self._partitions.get((topic, index))
+        return p is not None and p.log.high_watermark <= result.last_offset
+
+    async def wait_for_acks(
+        self, topic: str, index: int, result: ProducePartitionResult, timeout_ms: int
+    ) -> ProducePartitionResult:
+        """acks=all (Kafka's DelayedProduce): wait until the high watermark passes the
+        appended batch. NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR fell below
+        ``min.insync.replicas`` meanwhile, NOT_LEADER_OR_FOLLOWER when leadership moved,
+        REQUEST_TIMED_OUT after ``timeout_ms``."""
+        if result.error_code or result.last_offset < 0:
+            return result
+        p = self._partitions.get((topic, index))
+        if p is None:
+            return ProducePartitionResult(self.not_here_error(topic, index))
+        if not await p.wait_for_high_watermark(result.last_offset + 1, timeout_ms / 1000):
+            code = RequestTimedOut.error_code if p.is_leader else NotLeaderOrFollower.error_code
+            return ProducePartitionResult(code, log_start_offset=_safe_log_start(p))
+        if len(p.isr) < p.log.config.min_in_sync_replicas:
+            return ProducePartitionResult(
+                NotEnoughReplicasAfterAppend.error_code,
+                log_start_offset=_safe_log_start(p),
+                error_message=f"the ISR {sorted(p.isr)} is smaller than min.insync.replicas "
+                f"{p.log.config.min_in_sync_replicas}",
+            )
+        return result
+
     def _check_append(
-        self, topic: str, index: int, records: bytes | None, internal: bool
+        self, topic: str, index: int, records: bytes | None, internal: bool, required_acks: int
     ) -> Partition | ProducePartitionResult:
         if not internal and topic in INTERNAL_TOPICS:
             return ProducePartitionResult(
@@ -274,11 +456,22 @@ class ReplicaManager:
         except KafkaStorageError as e:
             return ProducePartitionResult(e.error_code, error_message=e.message)
         if p is None:
-            return ProducePartitionResult(UnknownTopicOrPartition.error_code)
+            return ProducePartitionResult(self.not_here_error(topic, index))
+        if not p.is_leader:
+            return ProducePartitionResult(NotLeaderOrFollower.error_code)
         if not records:
             return ProducePartitionResult(
                 InvalidRecord.error_code, error_message="produce request without records"
             )
+        if required_acks == -1:
+            min_isr = p.log.config.min_in_sync_replicas
+            if len(p.isr) < min_isr:
+                return ProducePartitionResult(
+                    NotEnoughReplicas.error_code,
+                    log_start_offset=_safe_log_start(p),
+                    error_message=f"the ISR {sorted(p.isr)} of {topic}-{index} is smaller "
+                    f"than min.insync.replicas {min_isr}",
+                )
         try:
             header = read_header(records)
             size = header.batch_length + LOG_OVERHEAD
@@ -308,21 +501,21 @@ class ReplicaManager:
         return ProducePartitionResult(KafkaStorageError.error_code, error_message=str(e))
 
     def _appended(self, p: Partition, info: Any) -> ProducePartitionResult:
-        lg = p.log
-        lg.update_high_watermark(lg.log_end_offset)
-        p.wake_waiters()
+        p.maybe_increment_high_watermark()
+        p.wake_waiters()  # followers long-poll on the log end offset
         return ProducePartitionResult(
             0,
             info.first_offset,
             info.log_append_time if info.log_append_time is not None else -1,
             info.log_start_offset,
+            last_offset=info.last_offset,
         )
 
     # ----------------------------------------------------------------- fetch
 
     def read_partition(
         self,
-        p: Partition | None,
+        p: Partition,
         fetch_offset: int,
         max_bytes: int,
         *,
@@ -332,23 +525,27 @@ class ReplicaManager:
     ) -> FetchPartitionResult:
         """Read up to ``max_bytes`` from ``fetch_offset`` (whole batches; see Log.read).
 
-        An offset held only in remote storage comes back with :attr:`FetchPartitionResult.remote`
-        set (no records yet: :meth:`fetch` reads them), or OFFSET_MOVED_TO_TIERED_STORAGE for a
-        follower (``replica_id >= 0``).
+        Consumers read up to the high watermark (or the last stable offset), followers
+        (``replica_id >= 0``) up to the log end offset. An offset held only in remote storage
+        comes back with :attr:`FetchPartitionResult.remote` set (no records yet: :meth:`fetch`
+        reads them), or OFFSET_MOVED_TO_TIERED_STORAGE for a follower.
         """
-        if p is None:
-            return FetchPartitionResult(UnknownTopicOrPartition.error_code)
         lg = p.log
         hw = lg.high_watermark
-        lso = lg.last_stable_offset if isolation_level == READ_COMMITTED else hw
+        if replica_id >= 0:
+            upper = lg.log_end_offset
+        else:
+            upper = lg.last_stable_offset if isolation_level == READ_COMMITTED else hw
         result = FetchPartitionResult(0, hw, lg.last_stable_offset, lg.log_start_offset)
-        if lso <= fetch_offset <= lg.log_end_offset:
+        if upper <= fetch_offset <= lg.log_end_offset:
             result.records = b""
             return result
         if self._plan_remote_read(p, result, fetch_offset, max_bytes, min_one_message, replica_id):
             return result
         try:
-            data = lg.read(fetch_offset, max_bytes, max_offset=lso, min_one_message=min_one_message)
+            data = lg.read(
+                fetch_offset, max_bytes, max_offset=upper, min_one_message=min_one_message
+            )
         except OffsetOutOfRange:
             # The local segment may have been deleted (tiered) since the check above.
             if self._plan_remote_read(
@@ -375,6 +572,34 @@ class ReplicaManager:
         result.records = data.records
         return result
 
+    def _check_fetch(
+        self, p: Partition, r: FetchPartitionRequest, replica_id: int
+    ) -> FetchPartitionResult | None:
+        """Leadership, epoch fencing (KIP-320) and, for a follower, divergence (KIP-595) and
+        its fetch state; a result to answer at once, or None to read."""
+        code = p.leader_epoch_error(r.current_leader_epoch)
+        if code:
+            return FetchPartitionResult(code)
+        if replica_id < 0:
+            return None
+        lg = p.log
+        if r.last_fetched_epoch >= 0:
+            end_epoch, end_offset = lg.leader_epoch_cache.end_offset_for(
+                r.last_fetched_epoch, lg.log_end_offset
+            )
+            diverged = end_epoch < r.last_fetched_epoch or end_offset < r.fetch_offset
+            if end_epoch >= 0 and diverged:
+                result = FetchPartitionResult(
+                    0, lg.high_watermark, lg.last_stable_offset, lg.log_start_offset, b""
+                )
+                result.diverging_epoch = (end_epoch, end_offset)
+                return result
+        joins = p.update_follower_fetch_state(replica_id, r.fetch_offset, self._time_ms())
+        if joins and self.cluster is not None:
+            p.isr_change_pending = True
+            self.cluster.expand_isr(p, replica_id)
+        return None
+
     def _plan_remote_read(
         self,
         p: Partition,
@@ -384,95 +609,20 @@ class ReplicaManager:
         min_one_message: bool,
         replica_id: int,
     ) -> bool:
-        """When ``fetch_offset`` is only in remote storage, prepare ``result`` for a remote
-        read (or answer a follower with 109); True then."""
-        rlm = self.remote_log_manager
-        lg = p.log
-        if rlm is None or p.topic_id is None or not rlm.needs_remote_read(lg, fetch_offset):
-            return False
-        result.records = b""
-        if replica_id >= 0:
-            result.error_code = OffsetMovedToTieredStorage.error_code
-            return True
-        from tierlog.tiered.remote_log_reader import RemoteStorageFetchInfo
-        from tierlog.tiered.remote_log_segment_metadata import TopicIdPartition
-
-        result.remote = RemoteStorageFetchInfo(
-            TopicIdPartition(p.topic_id, p.topic, p.index),
-            fetch_offset,
-            max_bytes,
-            min_one_message,
+        remote = self._remote
+        return remote is not None and remote.plan(
+            p, result, fetch_offset, max_bytes, min_one_message, replica_id
         )
-        return True
 
     async def read_remote(self, results: list[FetchPartitionResult]) -> int:
-        """Fill in every result that waits for a remote read: all at once, within
-        ``remote.fetch.max.wait.ms`` (see the module docstring for the outcomes). Returns
-        how many were skipped because the remote fetch quota is exceeded."""
-        rlm = self.remote_log_manager
-        pending = [r for r in results if r.remote is not None]
-        throttled = 0
-        if rlm is None or not pending:
-            return throttled
-        if self._read_ahead is None:
-            from tierlog.server.remote_read_ahead import RemoteReadAhead
-
-            self._read_ahead = RemoteReadAhead(rlm)
-        read_ahead = self._read_ahead
-        futures: dict[asyncio.Future[Any], tuple[FetchPartitionResult, RemoteStorageFetchInfo]] = {}
-        for r in pending:
-            fi, r.remote = r.remote, None
-            assert fi is not None
-            if rlm.is_remote_fetch_quota_exceeded():
-                throttled += 1  # empty records, no error; the client comes back later
-                continue
-            future = read_ahead.take(fi)
-            try:
-                if future is None:
-                    future = rlm.read_async(fi)
-            except RemoteStorageError as e:  # too many reads pending, or shutting down
-                log.warning("remote read of %s at %d refused: %s",
-                            fi.topic_id_partition, fi.fetch_offset, e)  # fmt: skip
-                r.error_code = KafkaStorageError.error_code
-                continue
-            futures[asyncio.wrap_future(future)] = (r, fi)
-        if not futures:
-            return throttled
-        wait_s = rlm.config.remote_fetch_max_wait_ms / 1000
-        done, not_done = await asyncio.wait(futures, timeout=wait_s)
-        for fut in not_done:
-            fut.cancel()  # the read is dropped; the partition answers empty (Kafka's expiry)
-        for fut, (r, fi) in futures.items():  # submission order: deterministic results
-            if fut not in done:
-                continue
-            error = fut.exception()
-            if error is None:
-                info = fut.result()
-                r.records = info.records
-                read_ahead.after(fi, info)  # the consumer's next fetch, read meanwhile
-            elif isinstance(error, OffsetOutOfRange):
-                r.error_code = OffsetOutOfRange.error_code
-            elif isinstance(error, RemoteResourceNotFoundError):
-                log.error("remote read failed, an object is missing from remote storage "
-                          "(`tierlog remote verify` lists them): %s", error)  # fmt: skip
-                r.error_code = KafkaStorageError.error_code
-            elif isinstance(error, RemoteStorageError):
-                log.warning("remote read failed: %s", error)
-                r.error_code = KafkaStorageError.error_code
-            else:
-                log.error("remote read failed", exc_info=error)
-                r.error_code = KafkaStorageError.error_code
-        return throttled
+        """Fill in the results that wait for a remote read; how many were throttled."""
+        return 0 if self._remote is None else await self._remote.read(results)
 
     async def _answer_remote(
         self, results: list[FetchPartitionResult], max_wait_ms: int
     ) -> list[FetchPartitionResult]:
-        throttled = await self.read_remote(results)
-        if throttled and max_wait_ms > 0 and not any(r.size or r.error_code for r in results):
-            # Only throttled partitions: answer after the long-poll wait, not at once, or
-            # the consumer would spin on empty responses until the quota refills.
-            await asyncio.sleep(min(max_wait_ms, 1000) / 1000)
-        return results
+        assert self._remote is not None  # only partitions with remote data get here
+        return await self._remote.answer(results, max_wait_ms)
 
     def fetch_once(
         self,
@@ -506,9 +656,17 @@ class ReplicaManager:
                 results.append(FetchPartitionResult(e.error_code))
                 error = True
                 continue
+            if p is None:
+                results.append(FetchPartitionResult(self.not_here_error(r.topic, r.partition)))
+                error = True
+                continue
+            answer = self._check_fetch(p, r, replica_id)
+            if answer is not None:
+                results.append(answer)
+                error = True
+                continue
             limit = min(r.partition_max_bytes, remaining)
-            if p is not None:
-                partitions.append(p)
+            partitions.append(p)
             if limit <= 0 and not min_one:
                 res = self.read_partition(
                     p,
@@ -590,8 +748,8 @@ class ReplicaManager:
         """Complete every parked fetch and drop the remote reads ahead (shutdown)."""
         for p in list(self._partitions.values()):
             p.wake_waiters()
-        if self._read_ahead is not None:
-            self._read_ahead.clear()
+        if self._remote is not None:
+            self._remote.read_ahead.clear()
 
 
 def _safe_log_start(p: Partition) -> int:

@@ -9,10 +9,10 @@ kio's generated message classes (the same codec the broker uses, from the client
 * ``ListOffsets`` v7 (earliest / latest / by timestamp, isolation level),
 * ``Fetch`` v12 (topics by name; sessionless full fetches; raw ``records`` bytes back).
 
-Every request is framed as ``int32 size | request header v2 | body`` and every response as
-``int32 size | response header v1 | body`` (all three APIs are flexible at these versions).
-Requests on one connection may be pipelined: :meth:`BrokerConnection.send` returns at once and
-:meth:`BrokerConnection.receive` returns responses in request order (Kafka answers in order).
+Framing, headers and decoding are :class:`~tierlog.protocol.client_connection.ClientConnection`'s
+(sans-IO, shared with the broker-to-broker client). Requests on one connection may be
+pipelined: :meth:`BrokerConnection.send` returns at once and :meth:`BrokerConnection.receive`
+returns responses in request order (Kafka answers in order).
 
 Errors: socket failures raise ``OSError`` (``TimeoutError`` on timeouts); a partition- or
 topic-level Kafka error code raises the :class:`~tierlog.errors.ApiError` subclass of that
@@ -24,10 +24,7 @@ Not thread-safe: one client per thread (Spark runs one task per Python worker).
 
 from __future__ import annotations
 
-import io
-import itertools
 import socket
-import struct
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,23 +32,18 @@ from datetime import timedelta
 from typing import Any, Final
 
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
-from kio.schema.fetch.v12.response import FetchResponse
 from kio.schema.list_offsets.v7.request import (
     ListOffsetsPartition,
     ListOffsetsRequest,
     ListOffsetsTopic,
 )
-from kio.schema.list_offsets.v7.response import ListOffsetsResponse
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
-from kio.schema.metadata.v12.response import MetadataResponse
-from kio.schema.request_header.v2.header import RequestHeader
-from kio.schema.response_header.v1.header import ResponseHeader
 from kio.schema.types import BrokerId, TopicName
-from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
+from kio.static.primitive import i8, i32, i32Timedelta, i64
 
 from tierlog.errors import ApiError, LeaderNotAvailable, RemoteProtocolError, for_code
-from tierlog.protocol.length_check import check_lengths
+from tierlog.protocol._events import ConnectionClosed
+from tierlog.protocol.client_connection import ClientConnection
 
 __all__ = [
     "EARLIEST_TIMESTAMP",
@@ -74,18 +66,7 @@ EARLIEST_TIMESTAMP: Final = -2
 READ_UNCOMMITTED: Final = 0
 READ_COMMITTED: Final = 1
 
-_FETCH, _LIST_OFFSETS, _METADATA = 1, 2, 3
-_SIZE: Final = struct.Struct(">i")
 _MAX_RESPONSE: Final = 1 << 30  # refuse absurd frame sizes instead of allocating them
-
-_read_response_header = entity_reader(ResponseHeader)
-_write_request_header = entity_writer(RequestHeader)
-_READERS: Final[dict[type[Any], Any]] = {
-    cls: entity_reader(cls) for cls in (FetchResponse, ListOffsetsResponse, MetadataResponse)
-}
-_WRITERS: Final[dict[type[Any], Any]] = {
-    cls: entity_writer(cls) for cls in (FetchRequest, ListOffsetsRequest, MetadataRequest)
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,53 +131,29 @@ class FetchedPartition:
 
 
 class BrokerConnection:
-    """One blocking TCP connection to one broker, with request pipelining. Not thread-safe."""
+    """One blocking TCP connection to one broker, with request pipelining. Not thread-safe.
+
+    The bytes are :class:`~tierlog.protocol.client_connection.ClientConnection`'s (the codec
+    the broker-to-broker client shares); this class only moves them over a socket.
+    """
 
     def __init__(
         self, address: BrokerAddress, *, client_id: str, timeout_s: float, recv_buffer: int
     ) -> None:
         self.address = address
-        self._client_id = client_id
         self._sock = socket.create_connection((address.host, address.port), timeout=timeout_s)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if recv_buffer > 0:
             self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, recv_buffer)
-        self._correlation = itertools.count(1)
-        self._pending: list[tuple[int, type[Any]]] = []
+        self._conn = ClientConnection(client_id, max_frame_size=_MAX_RESPONSE)
 
     def close(self) -> None:
         self._sock.close()
 
-    def send(self, request: Any, response_cls: type[Any]) -> None:
-        """Write one request; its response is read by a later :meth:`receive`."""
-        cid = next(self._correlation)
-        buf = io.BytesIO()
-        buf.write(b"\0\0\0\0")
-        _write_request_header(
-            buf,
-            RequestHeader(
-                request_api_key=i16(request.__api_key__),
-                request_api_version=i16(request.__version__),
-                correlation_id=i32(cid),
-                client_id=self._client_id,
-            ),
-        )
-        _WRITERS[type(request)](buf, request)
-        data = buf.getbuffer()
-        _SIZE.pack_into(data, 0, len(data) - 4)
-        self._sock.sendall(data)
-        self._pending.append((cid, response_cls))
-
-    def _recv_exactly(self, n: int) -> bytearray:
-        out = bytearray(n)
-        view = memoryview(out)
-        got = 0
-        while got < n:
-            k = self._sock.recv_into(view[got:], n - got)
-            if k == 0:
-                raise ConnectionResetError(f"{self.address} closed the connection")
-            got += k
-        return out
+    def send(self, request: Any) -> None:
+        """Write one request (a kio entity, sent at its own version); its response is read
+        by a later :meth:`receive`."""
+        self._sock.sendall(self._conn.send(request))
 
     def receive(self) -> Any:
         """The response to the oldest request sent and not yet received.
@@ -205,41 +162,24 @@ class BrokerConnection:
             RemoteProtocolError: a frame that does not parse or answers another request.
             OSError: the connection failed or timed out.
         """
-        cid, response_cls = self._pending.pop(0)
-        (size,) = _SIZE.unpack(self._recv_exactly(4))
-        if not 0 < size <= _MAX_RESPONSE:
-            raise RemoteProtocolError(f"{self.address} sent a frame of size {size}")
-        frame = bytes(self._recv_exactly(size))
-        try:
-            header, hlen = _read_response_header(frame, 0)
-            if header.correlation_id != cid:
-                raise RemoteProtocolError(
-                    f"{self.address} answered correlation id {header.correlation_id}, "
-                    f"expected {cid}"
-                )
-            check_lengths(response_cls, frame, hlen, len(frame))  # before kio's native parser
-            response, blen = _READERS[response_cls](frame, hlen)
-        except RemoteProtocolError:
-            raise
-        except Exception as e:  # kio raises assorted errors on malformed input
-            raise RemoteProtocolError(
-                f"cannot parse {response_cls.__name__} from {self.address}: {e}"
-            ) from e
-        if hlen + blen != size:
-            raise RemoteProtocolError(
-                f"{response_cls.__name__} from {self.address} has {size - hlen - blen} "
-                "trailing bytes"
-            )
-        return response
+        conn = self._conn
+        while True:
+            got = conn.next_response()
+            if isinstance(got, tuple):
+                return got[1]
+            if isinstance(got, ConnectionClosed):
+                raise ConnectionResetError(f"{self.address} closed the connection")
+            # the rest of the frame in one read when the socket has it (large Fetch responses)
+            conn.receive_data(self._sock.recv(max(conn.bytes_needed, 1 << 16)))
 
-    def request(self, request: Any, response_cls: type[Any]) -> Any:
+    def request(self, request: Any) -> Any:
         """Send and wait for the response (nothing else may be in flight)."""
-        self.send(request, response_cls)
+        self.send(request)
         return self.receive()
 
     @property
     def in_flight(self) -> int:
-        return len(self._pending)
+        return self._conn.in_flight
 
 
 def _raise_for(error_code: int, what: str) -> None:
@@ -348,7 +288,7 @@ class KafkaClient:
             allow_auto_topic_creation=False,
             include_topic_authorized_operations=False,
         )
-        resp = self._any_connection().request(req, MetadataResponse)
+        resp = self._any_connection().request(req)
         for b in resp.brokers:
             self._brokers[int(b.node_id)] = BrokerAddress(b.host, int(b.port), int(b.node_id))
         out: dict[str, TopicInfo] = {}
@@ -401,7 +341,7 @@ class KafkaClient:
                     for t, ps in topics.items()
                 ),
             )
-            resp = conns[key].request(req, ListOffsetsResponse)
+            resp = conns[key].request(req)
             for t in resp.topics:
                 for p in t.partitions:
                     tp = (str(t.name), int(p.partition_index))
@@ -494,7 +434,7 @@ class KafkaClient:
             max_wait_ms=max_wait_ms,
             isolation_level=isolation_level,
         )
-        return self.fetched_partition(conn.request(req, FetchResponse), topic, partition)
+        return self.fetched_partition(conn.request(req), topic, partition)
 
 
 def all_partitions(topics: Iterable[TopicInfo]) -> list[tuple[str, int]]:

@@ -24,7 +24,6 @@ from collections.abc import Iterator
 from typing import Final
 
 import pyarrow as pa
-from kio.schema.fetch.v12.response import FetchResponse
 
 from tierlog.errors import (
     DataLossError,
@@ -121,7 +120,6 @@ def _read_from_broker(
                     max_wait_ms=options.fetch_max_wait_ms,
                     isolation_level=isolation,
                 ),
-                FetchResponse,
             )
             in_flight = at
 

@@ -213,8 +213,9 @@ def _topics_describe(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     configs = admin.describe_configs(resources) if resources else {}
     for res in resources:
         t = md.topics[res.name]
+        rf = max((len(p.replicas) for p in t.partitions.values()), default=0)
         print(
-            f"Topic: {res.name}\tPartitionCount: {len(t.partitions)}\tReplicationFactor: 1",
+            f"Topic: {res.name}\tPartitionCount: {len(t.partitions)}\tReplicationFactor: {rf}",
             file=out,
         )
         entries = configs[res].result(TIMEOUT_S)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from tierlog.errors import UnknownTopicId, UnknownTopicOrPartition
 from tierlog.server.handlers._build import build
+from tierlog.server.handlers.produce import node_endpoints
 from tierlog.server.kafka_apis import response_class
 from tierlog.server.replica_manager import (
     READ_COMMITTED,
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
 
 FETCH = 1
 FETCH_SESSION_ID_NOT_FOUND = 70
+#: NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH: answered with the current leader (v12+).
+_LEADER_ERRORS = frozenset({6, 74})
 INVALID_SESSION_ID = 0
 FINAL_EPOCH = -1
 
@@ -83,7 +86,15 @@ def handle_fetch(apis: KafkaApis, ev: Request) -> Any:
             name = key
             code = 0
         parts = [
-            FetchPartitionRequest(name, p.partition, p.fetch_offset, p.partition_max_bytes, code)
+            FetchPartitionRequest(
+                name,
+                p.partition,
+                p.fetch_offset,
+                p.partition_max_bytes,
+                code,
+                getattr(p, "current_leader_epoch", -1),
+                getattr(p, "last_fetched_epoch", -1),
+            )
             for p in t.partitions
         ]
         plan.append((key, parts))
@@ -102,12 +113,13 @@ def handle_fetch(apis: KafkaApis, ev: Request) -> Any:
 
     async def respond() -> Any:
         results = await coro
-        return _response(cls, plan, flat, results, by_id, isolation)
+        return _response(apis, cls, plan, flat, results, by_id, isolation)
 
     return respond()
 
 
 def _response(
+    apis: KafkaApis,
     cls: type[Any],
     plan: list[tuple[Any, list[FetchPartitionRequest]]],
     flat: list[FetchPartitionRequest],
@@ -117,6 +129,7 @@ def _response(
 ) -> Any:
     it = iter(results)
     topics = []
+    leaders: set[int] = set()
     for key, parts in plan:
         out: list[dict[str, Any]] = []
         for p in parts:
@@ -124,8 +137,21 @@ def _response(
             code = r.error_code
             if code == 3 and p.topic is None:
                 code = UnknownTopicId.error_code if by_id else UnknownTopicOrPartition.error_code
+            extra: dict[str, Any] = {}
+            if r.diverging_epoch is not None:
+                extra["diverging_epoch"] = {
+                    "epoch": r.diverging_epoch[0],
+                    "end_offset": r.diverging_epoch[1],
+                }
+            if code in _LEADER_ERRORS and p.topic is not None:
+                # KIP-951: the leader the client should go to, so it re-routes at once.
+                leader = apis.current_leader(p.topic, p.partition)
+                if leader is not None:
+                    extra["current_leader"] = {"leader_id": leader[0], "leader_epoch": leader[1]}
+                    leaders.add(leader[0])
             out.append(
                 {
+                    **extra,
                     "partition_index": p.partition,
                     "error_code": code,
                     "high_watermark": r.high_watermark,
@@ -137,4 +163,13 @@ def _response(
                 }
             )
         topics.append({"topic_id" if by_id else "topic": key, "partitions": out})
-    return build(cls, {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": topics})
+    return build(
+        cls,
+        {
+            "throttle_time": 0,
+            "error_code": 0,
+            "session_id": 0,
+            "responses": topics,
+            "node_endpoints": node_endpoints(apis, leaders),
+        },
+    )

@@ -22,16 +22,15 @@ from tierlog.errors import (
     InvalidRequest,
     KafkaStorageError,
     RemoteStorageError,
-    UnknownTopicOrPartition,
 )
 from tierlog.server.handlers._build import build
 from tierlog.server.kafka_apis import response_class
 from tierlog.server.replica_manager import READ_COMMITTED
 
 if TYPE_CHECKING:
+    from tierlog.cluster.partition import Partition
     from tierlog.log.log import Log
     from tierlog.server.kafka_apis import KafkaApis, Request
-    from tierlog.server.replica_manager import Partition
     from tierlog.tiered.remote_log_manager import RemoteLogManager
 
 log = logging.getLogger(__name__)
@@ -133,10 +132,13 @@ def handle_list_offsets(apis: KafkaApis, ev: Request) -> Any:
         for p in t.partitions:
             try:
                 part = rm.get_partition(t.name, p.partition_index)
-                code = UnknownTopicOrPartition.error_code
+                if part is None:
+                    code = rm.not_here_error(t.name, p.partition_index)
+                else:
+                    code = part.leader_epoch_error(getattr(p, "current_leader_epoch", -1))
             except KafkaStorageError as e:
                 part, code = None, e.error_code
-            if part is None:
+            if part is None or code:
                 parts.append(
                     {
                         "partition_index": p.partition_index,

@@ -1,9 +1,13 @@
-"""Metadata (3) and DescribeCluster (60): this node is every partition's leader and the
-controller.
+"""Metadata (3) and DescribeCluster (60).
+
+A single node is every partition's leader and the controller; its answers come from the log
+manager, the partition entities built once per partition count. In a cluster they come from the
+metadata cache (ZooKeeper's state): live brokers, the controller, each partition's leader,
+leader epoch, replicas, ISR and offline replicas (replicas whose broker is down).
 
 Metadata creates unknown topics when the broker allows it (``auto.create.topics.enable``) and
 the request does too (``allow_auto_topic_creation``, v4+), with ``num.partitions``
-partitions, and answers them at once (the topic exists when the response leaves).
+partitions (and ``default.replication.factor`` replicas in a cluster).
 """
 
 from __future__ import annotations
@@ -14,7 +18,13 @@ import logging
 import typing
 from typing import TYPE_CHECKING, Any
 
-from tierlog.errors import ApiError, InvalidTopic, UnknownTopicId, UnknownTopicOrPartition
+from tierlog.errors import (
+    ApiError,
+    InvalidTopic,
+    LeaderNotAvailable,
+    UnknownTopicId,
+    UnknownTopicOrPartition,
+)
 from tierlog.protocol import api_versions_response
 from tierlog.protocol._writer import encode_entities
 from tierlog.server.handlers._build import build
@@ -32,21 +42,20 @@ DESCRIBE_CLUSTER = 60
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 
-def _broker(apis: KafkaApis) -> dict[str, Any]:
-    e = apis.endpoint
-    return {
-        "node_id": e.node_id,
-        "broker_id": e.node_id,
-        "host": e.host,
-        "port": e.port,
-        "rack": e.rack,
-    }
+def _brokers(apis: KafkaApis) -> list[dict[str, Any]]:
+    return [
+        {"node_id": e.node_id, "broker_id": e.node_id, "host": e.host, "port": e.port,
+         "rack": e.rack}
+        for e in apis.alive_brokers()
+    ]  # fmt: skip
 
 
 def topic_metadata(
     apis: KafkaApis, name: str, version: int, *, error_code: int = 0
 ) -> dict[str, Any]:
-    """The Metadata entry of one existing topic (every partition led by this node)."""
+    """The Metadata entry of one existing topic."""
+    if apis.cluster is not None:
+        return _cluster_topic_metadata(apis, name, error_code)
     info = apis.log_manager.topic(name)
     if info is None:
         return {
@@ -61,6 +70,42 @@ def topic_metadata(
         "topic_id": info.topic_id,
         "is_internal": name in INTERNAL_TOPICS,
         "partitions": _partitions(version, info.num_partitions, apis.node_id),
+        "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }
+
+
+def _cluster_topic_metadata(apis: KafkaApis, name: str, error_code: int) -> dict[str, Any]:
+    assert apis.cluster is not None
+    md = apis.cluster.metadata
+    t = md.topic(name)
+    if t is None:
+        return {
+            "error_code": UnknownTopicOrPartition.error_code,
+            "name": name,
+            "topic_id": None,
+            "partitions": [],
+        }
+    live = md.brokers
+    partitions = []
+    for p in t.partitions.values():
+        leader = p.leader if p.leader in live else -1
+        partitions.append(
+            {
+                "error_code": 0 if leader >= 0 else LeaderNotAvailable.error_code,
+                "partition_index": p.partition,
+                "leader_id": leader,
+                "leader_epoch": p.leader_epoch,
+                "replica_nodes": list(p.replicas),
+                "isr_nodes": list(p.isr),
+                "offline_replicas": [r for r in p.replicas if r not in live],
+            }
+        )
+    return {
+        "error_code": error_code,
+        "name": name,
+        "topic_id": t.topic_id,
+        "is_internal": name in INTERNAL_TOPICS,
+        "partitions": partitions,
         "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
     }
 
@@ -97,9 +142,13 @@ def _partitions(version: int, count: int, node: int) -> tuple[Any, ...]:
 
 
 def maybe_create_topic(apis: KafkaApis, name: str, allow: bool) -> int:
-    """Create ``name`` when auto creation is on; the error code for its metadata entry."""
+    """Create ``name`` when auto creation is on; the error code for its metadata entry (in a
+    cluster LEADER_NOT_AVAILABLE: the creation goes on in the background and the client asks
+    again, as with Kafka)."""
     if not (allow and apis.config.auto_create_topics_enable) or name in INTERNAL_TOPICS:
         return UnknownTopicOrPartition.error_code
+    if apis.admin is not None:
+        return _auto_create_in_cluster(apis, name)
     try:
         apis.log_manager.create_topic(name, apis.config.num_partitions, {})
     except ApiError as e:
@@ -111,16 +160,48 @@ def maybe_create_topic(apis: KafkaApis, name: str, allow: bool) -> int:
     return 0
 
 
+def _auto_create_in_cluster(apis: KafkaApis, name: str) -> int:
+    from tierlog.cluster.zk_admin import NewClusterTopic
+
+    admin = apis.admin
+    assert admin is not None
+    c = apis.config
+    rf = min(c.default_replication_factor, max(1, len(apis.alive_brokers())))
+    topic = NewClusterTopic(name, c.num_partitions, rf)
+
+    async def create() -> None:
+        try:
+            (result,) = await admin.create_topics([topic], validate_only=False, timeout_ms=0)
+            if isinstance(result, ApiError):
+                log.info("auto-creation of topic %s: %s", name, result)
+        except Exception as e:
+            log.warning("auto-creation of topic %s failed: %s", name, e)
+
+    apis.in_background(f"create topic {name}", create())
+    return LeaderNotAvailable.error_code
+
+
+def _topic_exists(apis: KafkaApis, name: str) -> bool:
+    if apis.cluster is not None:
+        return apis.cluster.metadata.topic(name) is not None
+    return apis.log_manager.topic(name) is not None
+
+
+def _all_topic_names(apis: KafkaApis) -> list[str]:
+    if apis.cluster is not None:
+        return [t.name for t in apis.cluster.metadata.topics()]
+    return [info.name for info in apis.log_manager.topics().values()]
+
+
 def handle_metadata(apis: KafkaApis, ev: Request) -> Any:
     req = ev.request
     version = ev.api_version
-    lm = apis.log_manager
     allow = bool(getattr(req, "allow_auto_topic_creation", True))
     requested = req.topics
     topics: list[dict[str, Any]] = []
     if requested is None or (version == 0 and not requested):
-        for info in lm.topics().values():
-            topics.append(topic_metadata(apis, info.name, version))
+        for topic_name in _all_topic_names(apis):
+            topics.append(topic_metadata(apis, topic_name, version))
     else:
         for t in requested:
             name = t.name
@@ -148,7 +229,7 @@ def handle_metadata(apis: KafkaApis, ev: Request) -> Any:
                     )
                     continue
                 name = found
-            if lm.topic(name) is None:
+            if not _topic_exists(apis, name):
                 code = maybe_create_topic(apis, name, allow)
                 if code:
                     topics.append(
@@ -161,9 +242,9 @@ def handle_metadata(apis: KafkaApis, ev: Request) -> Any:
         cls,
         {
             "throttle_time": 0,
-            "brokers": [_broker(apis)],
+            "brokers": _brokers(apis),
             "cluster_id": apis.cluster_id,
-            "controller_id": apis.node_id,
+            "controller_id": apis.controller_id,
             "topics": topics,
             "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
         },
@@ -185,7 +266,7 @@ def handle_describe_cluster(apis: KafkaApis, ev: Request) -> Any:
                 "brokers": [],
             },
         )
-    # A single node is broker and controller at once: the same endpoint for both types.
+    # ZooKeeper mode has no separate controller endpoints: the same brokers for both types.
     return build(
         cls,
         {
@@ -193,8 +274,8 @@ def handle_describe_cluster(apis: KafkaApis, ev: Request) -> Any:
             "error_code": 0,
             "endpoint_type": endpoint_type,
             "cluster_id": apis.cluster_id,
-            "controller_id": apis.node_id,
-            "brokers": [{**_broker(apis), "is_fenced": False}],
+            "controller_id": apis.controller_id,
+            "brokers": [{**b, "is_fenced": False} for b in _brokers(apis)],
             "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
         },
     )

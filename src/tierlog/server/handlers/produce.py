@@ -1,7 +1,11 @@
 """Produce (0), v3+: one magic-2 batch per partition, appended without decoding a record.
 
-acks=0 requests get no response (the protocol layer knows from the request); acks=1 and
-acks=-1 are answered once the batch is in the log, since this node is the only replica.
+acks=0 requests get no response (the protocol layer knows from the request); acks=1 is
+answered once the batch is in the leader's log; acks=-1 once the ISR has it (the high
+watermark passed it: at once on a single node, whose ISR is itself). acks=-1 with an ISR
+smaller than ``min.insync.replicas`` is refused with NOT_ENOUGH_REPLICAS (19) before the
+append, or answered NOT_ENOUGH_REPLICAS_AFTER_APPEND (20) when the ISR shrank while waiting;
+REQUEST_TIMED_OUT (7) after the request's ``timeout``.
 Validation errors are per partition (protocol.md): 2 CORRUPT_MESSAGE, 10 MESSAGE_TOO_LARGE,
 87 INVALID_RECORD, 76 UNSUPPORTED_COMPRESSION_TYPE, 45/47/59 for idempotent producers; an
 idempotent duplicate gets success with the offset of the original append.
@@ -9,13 +13,19 @@ idempotent duplicate gets success with the offset of the original append.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
-from tierlog.errors import InvalidRequest, InvalidRequiredAcks, UnknownTopicId
+from tierlog.errors import (
+    InvalidRequest,
+    InvalidRequiredAcks,
+    NotLeaderOrFollower,
+    UnknownTopicId,
+)
 from tierlog.server.handlers._build import build
 from tierlog.server.kafka_apis import CloseConnection, response_class
-from tierlog.server.replica_manager import ProducePartitionResult
+from tierlog.server.replica_manager import ProducePartitionResult, ReplicaManager
 
 if TYPE_CHECKING:
     from tierlog.server.kafka_apis import KafkaApis, Request
@@ -36,7 +46,9 @@ def handle_produce(apis: KafkaApis, ev: Request) -> Any:
             InvalidRequest.error_code,
             error_message="transactions are not supported by this broker",
         )
-    # Partitions whose appends may fsync (flush.messages set) are appended in a thread.
+    timeout_ms = _timeout_ms(req)
+    # Partitions whose appends may fsync (flush.messages set) are appended in a thread;
+    # acks=-1 partitions wait for their ISR.
     pending: list[tuple[dict[str, Any], Awaitable[ProducePartitionResult]]] = []
     for t in req.topic_data:
         name: str | None = getattr(t, "name", None)
@@ -50,10 +62,18 @@ def handle_produce(apis: KafkaApis, ev: Request) -> Any:
         for pd in t.partition_data:
             out: dict[str, Any] = {"index": pd.index, "record_errors": ()}
             r = error or missing
-            if r is None and rm.append_in_thread(name or "", pd.index):
-                pending.append((out, rm.append_records_in_thread(name or "", pd.index, pd.records)))
+            topic = name or ""
+            if r is None and rm.append_in_thread(topic, pd.index):
+                aw = rm.append_records_in_thread(topic, pd.index, pd.records, required_acks=acks)
+                if acks == -1:
+                    aw = _acked(rm, topic, pd.index, aw, timeout_ms)
+                pending.append((out, aw))
             else:
-                _fill(out, r or rm.append_records(name or "", pd.index, pd.records))
+                r = r or rm.append_records(topic, pd.index, pd.records, required_acks=acks)
+                if acks == -1 and not r.error_code and rm.must_wait_for_acks(topic, pd.index, r):
+                    pending.append((out, rm.wait_for_acks(topic, pd.index, r, timeout_ms)))
+                else:
+                    _fill(out, r)
             parts.append(out)
         topics_out.append({"name": name, "topic_id": topic_id, "partition_responses": parts})
 
@@ -68,17 +88,63 @@ def handle_produce(apis: KafkaApis, ev: Request) -> Any:
             if failed:
                 raise CloseConnection(f"acks=0 produce failed: {failed[:5]}")
             return None
-        return build(response_class(PRODUCE, ev.api_version), {"responses": topics_out})
+        leaders = add_current_leaders(apis, topics_out)
+        return build(
+            response_class(PRODUCE, ev.api_version),
+            {"responses": topics_out, "node_endpoints": node_endpoints(apis, leaders)},
+        )
 
     if not pending:
         return finish()
 
     async def respond() -> Any:
-        for out, aw in pending:
-            _fill(out, await aw)
+        # All at once: each partition's wait runs beside the others (one timeout in all).
+        results = await asyncio.gather(*(aw for _, aw in pending))
+        for (out, _), r in zip(pending, results, strict=True):
+            _fill(out, r)
         return finish()
 
     return respond()
+
+
+def add_current_leaders(apis: KafkaApis, topics_out: list[dict[str, Any]]) -> set[int]:
+    """KIP-951 (Produce v10+): partitions answered NOT_LEADER_OR_FOLLOWER name the current
+    leader, so the client re-routes without a Metadata round trip; the leaders' ids."""
+    leaders: set[int] = set()
+    for t in topics_out:
+        for p in t["partition_responses"]:
+            if p.get("error_code") != NotLeaderOrFollower.error_code or t["name"] is None:
+                continue
+            leader = apis.current_leader(t["name"], p["index"])
+            if leader is not None:
+                p["current_leader"] = {"leader_id": leader[0], "leader_epoch": leader[1]}
+                leaders.add(leader[0])
+    return leaders
+
+
+def node_endpoints(apis: KafkaApis, ids: set[int]) -> list[dict[str, Any]]:
+    """The ``node_endpoints`` of KIP-951 responses: where the named leaders listen."""
+    out = []
+    for b in sorted(ids):
+        e = apis.broker_endpoint(b)
+        if e is not None:
+            out.append({"node_id": e.node_id, "host": e.host, "port": e.port, "rack": e.rack})
+    return out
+
+
+def _timeout_ms(req: Any) -> int:
+    t = getattr(req, "timeout", 30_000)
+    return t if isinstance(t, int) else int(t.total_seconds() * 1000)
+
+
+async def _acked(
+    rm: ReplicaManager,
+    topic: str,
+    index: int,
+    appended: Awaitable[ProducePartitionResult],
+    timeout_ms: int,
+) -> ProducePartitionResult:
+    return await rm.wait_for_acks(topic, index, await appended, timeout_ms)
 
 
 def _fill(out: dict[str, Any], r: ProducePartitionResult) -> None:

@@ -1,0 +1,321 @@
+"""How one broker talks to another: Kafka's ``NetworkClient`` / ``BlockingSend`` for the
+replica fetcher and the controller's channel, on asyncio.
+
+::
+
+    client = BrokerClient("tierlog-broker-1")
+    await client.connect("10.0.0.2", 9092, timeout_s=10)     # and ApiVersions, once
+    response = await client.request(fetch_request, timeout_s=30)
+    await client.close()
+
+A thin loop over the sans-IO :class:`~tierlog.protocol.client_connection.ClientConnection`
+(framing, headers, correlation ids, decoding): the same codec the Spark client uses.
+
+* **Pipelining.** Any number of requests may be in flight on one connection; the broker
+  answers them in order and each :meth:`BrokerClient.request` gets its own response.
+* **Versions.** :meth:`BrokerClient.connect` asks the peer's versions (ApiVersions v3, or
+  the version the peer names when it answers UNSUPPORTED_VERSION). A request is sent at the
+  highest version both sides support: the peer's maximum, capped by the version of the kio
+  entity given (the highest the caller filled it in for) -- an entity newer than the peer is
+  converted down field by field. Never up: a field a newer version adds would go out as its
+  default (Fetch v15 moves the follower's id into ``replica_state``; left at its default the
+  follower would fetch as a consumer). ``api_version=`` overrides the choice;
+  :meth:`BrokerClient.api_version_for` tells the caller which version to build.
+* **Failures.** Connection refused, reset or closed by the peer, a request timeout, or a
+  response that breaks the protocol: the connection is closed and every pending request
+  fails with :class:`~tierlog.errors.BrokerNotAvailableError` (a ``ConnectionError``; a
+  timeout is its subclass :class:`~tierlog.errors.BrokerRequestTimeoutError`, also a
+  ``TimeoutError``) naming ``host:port``. Kafka's NetworkClient disconnects on a request
+  timeout too: a peer that did not answer in time is not trusted with the next. Reconnect with
+  :meth:`BrokerClient.connect`. A caller cancelled while waiting leaves the connection usable
+  (its response is read and dropped).
+
+Not thread-safe: one event loop. ``close`` is idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import socket
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, Final
+
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.index import api_key_map, schema_name_map
+
+from tierlog import __version__
+from tierlog.errors import (
+    BrokerNotAvailableError,
+    BrokerRequestTimeoutError,
+    ProtocolError,
+    UnsupportedVersion,
+    for_code,
+)
+from tierlog.protocol._events import NEED_DATA, ConnectionClosed
+from tierlog.protocol.api_versions import api_name
+from tierlog.protocol.client_connection import DEFAULT_MAX_RESPONSE_SIZE, ClientConnection
+
+__all__ = ["BrokerClient"]
+
+log = logging.getLogger(__name__)
+
+_API_VERSIONS: Final = 18
+_READ_SIZE: Final = 1 << 16
+
+
+def _kio_versions(api_key: int) -> frozenset[int]:
+    name = api_key_map.get(api_key)
+    return frozenset(schema_name_map[name]) if name is not None else frozenset()
+
+
+class BrokerClient:
+    """One connection to another broker, with pipelining and version negotiation.
+
+    Args:
+        client_id: the request header's client id (Kafka's fetchers use
+            ``broker-<id>-fetcher-<n>``; ``tierlog-broker-<id>`` is ours).
+        max_frame_size: the largest response accepted.
+    """
+
+    def __init__(
+        self, client_id: str = "tierlog-broker", *, max_frame_size: int = DEFAULT_MAX_RESPONSE_SIZE
+    ) -> None:
+        self.client_id = client_id
+        self._max_frame_size = max_frame_size
+        self._host = ""
+        self._port = -1
+        self._conn: ClientConnection | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._read_task: asyncio.Task[None] | None = None
+        self._waiters: collections.deque[tuple[int, asyncio.Future[Any]]] = collections.deque()
+        self._versions: Mapping[int, tuple[int, int]] = MappingProxyType({})
+
+    def __repr__(self) -> str:
+        state = "connected" if self.connected else "disconnected"
+        return f"BrokerClient({self._host}:{self._port}, {state})"
+
+    @property
+    def address(self) -> str:
+        """``host:port`` of the peer (of the latest :meth:`connect`)."""
+        return f"{self._host}:{self._port}"
+
+    @property
+    def connected(self) -> bool:
+        """Whether the connection is up (connected, ApiVersions answered, not failed)."""
+        return self._writer is not None and bool(self._versions)
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent and not answered yet."""
+        return len(self._waiters)
+
+    @property
+    def peer_api_versions(self) -> Mapping[int, tuple[int, int]]:
+        """``{api key: (min, max)}`` the peer advertised (empty before :meth:`connect`)."""
+        return self._versions
+
+    # ------------------------------------------------------------------ connecting
+
+    async def connect(self, host: str, port: int, *, timeout_s: float) -> None:
+        """Open the connection and ask the peer's versions, within ``timeout_s`` in all.
+
+        A connection still open is closed first (its pending requests fail).
+
+        Raises:
+            BrokerNotAvailableError: refused, reset, timed out, or ApiVersions failed.
+        """
+        await self.close()
+        self._host, self._port = host, port
+        try:
+            async with asyncio.timeout(timeout_s):
+                reader, writer = await asyncio.open_connection(host, port)
+        except TimeoutError:
+            raise BrokerRequestTimeoutError(
+                host, port, f"connection not established within {timeout_s}s"
+            ) from None
+        except OSError as e:
+            raise BrokerNotAvailableError(host, port, f"cannot connect: {e}") from e
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn = ClientConnection(self.client_id, max_frame_size=self._max_frame_size)
+        self._conn, self._writer = conn, writer
+        self._read_task = asyncio.get_running_loop().create_task(
+            self._read_loop(conn, reader), name=f"broker-client-read-{host}:{port}"
+        )
+        try:
+            await self._api_versions(timeout_s)
+        except BaseException:
+            await self.close()
+            raise
+        log.debug("connected to broker %s:%d as %s", host, port, self.client_id)
+
+    async def _api_versions(self, timeout_s: float) -> None:
+        request = ApiVersionsRequest(
+            client_software_name="tierlog", client_software_version=__version__
+        )
+        response = await self._send(request, 3, timeout_s)
+        code = int(response.error_code)
+        if code == UnsupportedVersion.error_code:
+            # KIP-511: a v0 answer listing what the peer supports, ApiVersions included
+            peer = {int(k.api_key): int(k.max_version) for k in response.api_keys}
+            ours = max(v for v in _kio_versions(_API_VERSIONS) if v <= peer.get(_API_VERSIONS, 0))
+            response = await self._send(request, ours, timeout_s)
+            code = int(response.error_code)
+        if code:
+            cls = for_code(code)
+            raise BrokerNotAvailableError(
+                self._host, self._port, f"ApiVersions failed: {cls.__name__} ({code})"
+            )
+        self._versions = MappingProxyType(
+            {int(k.api_key): (int(k.min_version), int(k.max_version)) for k in response.api_keys}
+        )
+
+    async def close(self) -> None:
+        """Close the connection; pending requests fail with BrokerNotAvailableError.
+        Idempotent."""
+        self._fail(BrokerNotAvailableError(self._host, self._port, "connection closed"))
+        task, self._read_task = self._read_task, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    # ------------------------------------------------------------------ requests
+
+    def api_version_for(self, api_key: int, max_version: int | None = None) -> int:
+        """The highest version of ``api_key`` both the peer and kio support, at most
+        ``max_version``.
+
+        Raises:
+            BrokerNotAvailableError: not connected.
+            UnsupportedVersion: no common version.
+        """
+        if not self.connected:
+            raise BrokerNotAvailableError(self._host, self._port, "not connected")
+        peer = self._versions.get(api_key)
+        if peer is None:
+            raise UnsupportedVersion(
+                f"broker {self.address} does not support {api_name(api_key)} (key {api_key})"
+            )
+        lo, hi = peer
+        if max_version is not None:
+            hi = min(hi, max_version)
+        common = [v for v in _kio_versions(api_key) if lo <= v <= hi]
+        if not common:
+            raise UnsupportedVersion(
+                f"broker {self.address} supports {api_name(api_key)} v{lo}-{peer[1]}, "
+                f"none of them at most v{hi} in kio"
+            )
+        return max(common)
+
+    async def request(
+        self, request: Any, *, api_version: int | None = None, timeout_s: float
+    ) -> Any:
+        """Send ``request`` (a kio request entity) and return the peer's response (a kio
+        response entity of the version sent); None for an acks=0 Produce.
+
+        Args:
+            api_version: the version to send; default the highest both sides support, capped
+                by the entity's own version (:meth:`api_version_for`).
+            timeout_s: how long to wait for the response.
+
+        Raises:
+            BrokerNotAvailableError: not connected, or the connection failed before the
+                response came (every pending request fails with it).
+            BrokerRequestTimeoutError: no response within ``timeout_s``; the connection is
+                closed.
+            UnsupportedVersion: the peer supports no version of the API we can send.
+            LocalProtocolError: the request cannot be encoded at that version.
+        """
+        if api_version is None:
+            cls = type(request)
+            api_version = self.api_version_for(int(cls.__api_key__), int(cls.__version__))
+        return await self._send(request, api_version, timeout_s)
+
+    async def _send(self, request: Any, api_version: int, timeout_s: float) -> Any:
+        conn, writer = self._conn, self._writer
+        if conn is None or writer is None:
+            raise BrokerNotAvailableError(self._host, self._port, "not connected")
+        before = conn.in_flight
+        data = conn.send(request, api_version)
+        fut: asyncio.Future[Any] | None = None
+        if conn.in_flight > before:
+            fut = asyncio.get_running_loop().create_future()
+            self._waiters.append((conn.last_correlation_id, fut))
+        try:
+            async with asyncio.timeout(timeout_s):
+                writer.write(data)
+                await writer.drain()
+                if fut is None:
+                    return None
+                return await fut
+        except TimeoutError:
+            timeout = BrokerRequestTimeoutError(
+                self._host,
+                self._port,
+                f"no response to {api_name(int(type(request).__api_key__))} v{api_version} "
+                f"within {timeout_s}s; connection closed",
+            )
+            self._fail(timeout)
+            raise timeout from None
+        except OSError as e:
+            if isinstance(e, BrokerNotAvailableError):
+                raise
+            err = BrokerNotAvailableError(self._host, self._port, f"connection failed: {e}")
+            self._fail(err)
+            raise err from e
+        finally:
+            if fut is not None and not fut.done():
+                fut.cancel()  # cancelled while writing: its response will be dropped
+
+    # ------------------------------------------------------------------ receiving
+
+    async def _read_loop(self, conn: ClientConnection, reader: asyncio.StreamReader) -> None:
+        try:
+            while True:
+                data = await reader.read(max(conn.bytes_needed, _READ_SIZE))
+                conn.receive_data(data)
+                while (got := conn.next_response()) is not NEED_DATA:
+                    if isinstance(got, ConnectionClosed):
+                        n = len(self._waiters)
+                        raise BrokerNotAvailableError(
+                            self._host,
+                            self._port,
+                            f"the broker closed the connection ({n} requests pending)",
+                        )
+                    assert isinstance(got, tuple)
+                    correlation_id, response = got
+                    expected, fut = self._waiters.popleft()
+                    assert expected == correlation_id
+                    if not fut.done():
+                        fut.set_result(response)
+        except asyncio.CancelledError:
+            raise
+        except BrokerNotAvailableError as e:
+            self._fail(e)
+        except (OSError, ProtocolError) as e:
+            self._fail(BrokerNotAvailableError(self._host, self._port, f"connection failed: {e}"))
+        except Exception as e:  # a bug: do not leave the waiters hanging
+            log.exception("broker client %s: reader failed", self.address)
+            self._fail(BrokerNotAvailableError(self._host, self._port, f"reader failed: {e!r}"))
+
+    def _fail(self, error: BrokerNotAvailableError) -> None:
+        """Fail every pending request with ``error`` and drop the connection."""
+        writer, self._writer = self._writer, None
+        self._conn = None
+        self._versions = MappingProxyType({})
+        if writer is not None:
+            log.debug("broker client %s: %s", self.address, error)
+            writer.close()
+        waiters, self._waiters = self._waiters, collections.deque()
+        for _, fut in waiters:
+            if not fut.done():
+                fut.set_exception(error)
+        task = self._read_task
+        if task is not None and task is not asyncio.current_task() and not task.done():
+            task.cancel()

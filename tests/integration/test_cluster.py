@@ -1,0 +1,400 @@
+"""A replicated cluster (issue 9): three real ``tierlog serve`` processes on a real ZooKeeper,
+driven by real Kafka clients.
+
+The cluster is shared by the tests of this module (each uses its own topics); a test that
+kills or stops a broker starts it again and waits for the ISRs to heal before it ends.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
+
+from tests.broker_process import BrokerProcess
+from tests.integration.cluster_support import SESSION_TIMEOUT_MS, Cluster, wait_for
+from tests.zookeeper_process import ZooKeeperProcess
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, zookeeper: ZooKeeperProcess
+) -> Iterator[Cluster]:
+    c = Cluster(
+        tmp_path_factory.mktemp("cluster"),
+        f"{zookeeper.connect_string}/cluster-{uuid.uuid4().hex}",
+        3,
+        "min.insync.replicas=2",
+        "default.replication.factor=3",
+    )
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def _producer(bootstrap: str, **conf: object) -> Producer:
+    return Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "message.timeout.ms": 120_000,
+            **conf,
+        }
+    )
+
+
+def _produce(
+    bootstrap: str, topic: str, values: list[bytes], partitions: int
+) -> dict[bytes, tuple[int, int]]:
+    """Produce with acks=all; {value: (partition, offset)} of every acknowledged record."""
+    acked: dict[bytes, tuple[int, int]] = {}
+    errors: list[str] = []
+
+    def done(err: object, msg: object) -> None:
+        if err is not None:
+            errors.append(str(err))
+        else:
+            acked[msg.value()] = (msg.partition(), msg.offset())  # type: ignore[attr-defined]
+
+    p = _producer(bootstrap)
+    for i, v in enumerate(values):
+        p.produce(topic, v, partition=i % partitions, on_delivery=done)
+        p.poll(0)
+    assert p.flush(120) == 0
+    assert not errors, errors[:5]
+    return acked
+
+
+def _consume_all(
+    bootstrap: str, topic: str, partitions: int, count: int
+) -> dict[int, list[tuple[int, bytes]]]:
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"read-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "isolation.level": "read_uncommitted",
+        }
+    )
+    c.subscribe([topic])
+    got: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
+    n = 0
+    try:
+        deadline = 120.0
+        import time
+
+        end = time.monotonic() + deadline
+        while n < count and time.monotonic() < end:
+            m = c.poll(0.5)
+            if m is None or m.error():
+                continue
+            got[m.partition()].append((m.offset(), m.value()))
+            n += 1
+    finally:
+        c.close()
+    return got
+
+
+def test_a_replicated_topic_has_leaders_replicas_and_full_isrs(cluster: Cluster) -> None:
+    topic = f"rf3-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, partitions=6, rf=3)
+    parts = cluster.partitions(topic)
+    assert sorted(parts) == list(range(6))
+    leaders = [p.leader for p in parts.values()]
+    for p in parts.values():
+        assert sorted(p.replicas) == [1, 2, 3]
+        assert sorted(p.isrs) == [1, 2, 3]
+        assert p.leader == p.replicas[0]  # the preferred replica leads a new partition
+    # Kafka's round-robin spreads the leaders: 6 partitions on 3 brokers, 2 each.
+    assert sorted(leaders.count(b) for b in (1, 2, 3)) == [2, 2, 2]
+
+
+def test_acks_all_records_are_read_back_exactly_once_from_every_replica(cluster: Cluster) -> None:
+    topic = f"acks-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, partitions=3, rf=3)
+    values = [f"v{i}".encode() for i in range(3000)]
+    acked = _produce(cluster.bootstrap, topic, values, 3)
+    assert len(acked) == len(values)
+    got = _consume_all(cluster.bootstrap, topic, 3, len(values))
+    for p, records in got.items():
+        offsets = [o for o, _ in records]
+        assert offsets == list(range(len(records))), f"partition {p}: gaps or duplicates"
+        for o, v in records:
+            assert acked[v] == (p, o)
+    assert sum(len(r) for r in got.values()) == len(values)
+    # Every replica holds the same bytes: each broker's log of each partition is identical.
+    _assert_replicas_identical(cluster, topic, 3)
+
+
+def _assert_replicas_identical(cluster: Cluster, topic: str, partitions: int) -> None:
+    def same() -> bool:
+        for p in range(partitions):
+            dumps = set()
+            for b in cluster:
+                d = b.log_dir / f"{topic}-{p}"
+                data = b"".join(f.read_bytes() for f in sorted(d.glob("*.log")))
+                dumps.add(data)
+            if len(dumps) != 1:
+                return False
+        return True
+
+    wait_for(f"{topic}: every replica's log identical", same, 60)
+
+
+def test_leader_sigkill_fails_over_and_loses_no_acknowledged_record(cluster: Cluster) -> None:
+    topic = f"failover-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, partitions=1, rf=3)
+    first = _produce(cluster.bootstrap, topic, [f"a{i}".encode() for i in range(500)], 1)
+    old = cluster.leader(topic, 0)
+    victim = cluster.brokers[old]
+    victim.kill()
+    new = wait_for(
+        "a new leader",
+        lambda: (lambda lead: lead if lead not in (-1, old) else None)(cluster.leader(topic, 0)),
+        SESSION_TIMEOUT_MS / 1000 + 30,
+    )
+    assert new != old
+    second = _produce(cluster.bootstrap, topic, [f"b{i}".encode() for i in range(500)], 1)
+    victim.start()
+    cluster.wait_healthy(topic, 1, 3)
+    got = _consume_all(cluster.bootstrap, topic, 1, 1000)[0]
+    assert [o for o, _ in got] == list(range(1000))
+    acked = {**first, **second}
+    for o, v in got:
+        assert acked[v] == (0, o)
+    _assert_replicas_identical(cluster, topic, 1)
+
+
+def test_below_min_insync_replicas_acks_all_is_refused(cluster: Cluster) -> None:
+    topic = f"minisr-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, partitions=1, rf=2, **{"min.insync.replicas": "2"})
+    leader = cluster.leader(topic, 0)
+    follower = next(r for r in cluster.partitions(topic)[0].replicas if r != leader)
+    cluster.brokers[follower].kill()
+    try:
+        wait_for(
+            "the ISR shrinks to the leader",
+            lambda: list(cluster.partitions(topic)[0].isrs) == [leader],
+            SESSION_TIMEOUT_MS / 1000 + 30,
+        )
+        errors: list[str] = []
+        p = _producer(
+            cluster.bootstrap,
+            **{"enable.idempotence": False, "message.timeout.ms": 3000, "retries": 0},
+        )
+        p.produce(topic, b"x", partition=0, on_delivery=lambda e, m: errors.append(str(e)))
+        p.flush(30)
+        assert errors and "NOT_ENOUGH_REPLICAS" in errors[0], errors
+    finally:
+        cluster.brokers[follower].start()
+    cluster.wait_healthy(topic, 1, 2)
+
+
+def test_controlled_shutdown_moves_leadership_before_the_broker_stops(cluster: Cluster) -> None:
+    topic = f"cs-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, partitions=3, rf=3)
+    leader = cluster.leader(topic, 0)
+    b = cluster.brokers[leader]
+    assert b.stop(signal.SIGTERM) == 0
+    assert "leadership moved" in b.log_since_start()
+    parts = cluster.partitions(topic)
+    assert all(p.leader not in (-1, leader) for p in parts.values())
+    b.start()
+    cluster.wait_healthy(topic, 3, 3)
+
+
+def test_topics_describe_shows_leader_replicas_and_isr(cluster: Cluster, tmp_path: Path) -> None:
+    topic = f"desc-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, partitions=2, rf=3)
+    out = subprocess.run(
+        [sys.executable, "-m", "tierlog.cli", "topics", "describe", topic,
+         "--bootstrap-server", cluster.bootstrap],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    for p, meta in cluster.partitions(topic).items():
+        line = next(x for x in out.splitlines() if f"Partition: {p}\t" in x)
+        assert f"Leader: {meta.leader}" in line
+        assert "Replicas: " + ",".join(map(str, meta.replicas)) in line
+        assert "Isr: " + ",".join(map(str, meta.isrs)) in line
+
+
+def test_elect_leaders_moves_leadership_back_to_the_preferred_replica(cluster: Cluster) -> None:
+    from confluent_kafka import ElectionType, TopicPartition
+
+    topic = f"elect-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, partitions=1, rf=3)
+    preferred = cluster.partitions(topic)[0].replicas[0]
+    assert cluster.leader(topic, 0) == preferred
+    cluster.brokers[preferred].kill()
+    wait_for(
+        "another leader",
+        lambda: cluster.leader(topic, 0) not in (-1, preferred),
+        SESSION_TIMEOUT_MS / 1000 + 30,
+    )
+    cluster.brokers[preferred].start()
+    cluster.wait_healthy(topic, 1, 3)
+    admin = cluster.admin()
+    result = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)]).result(60)
+    # 0: elected now; ELECTION_NOT_NEEDED: the periodic rebalance (5 s here) got there first.
+    error = result[TopicPartition(topic, 0)]
+    assert error is None or error.code() == 84, error
+    assert cluster.leader(topic, 0) == preferred
+
+
+def test_reassignment_moves_a_replica_and_drops_the_old_copy(cluster: Cluster) -> None:
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KTopicPartition
+
+    topic = f"move-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, partitions=1, rf=2)
+    before = list(cluster.partitions(topic)[0].replicas)
+    leaving = before[-1]
+    joining = next(b for b in (1, 2, 3) if b not in before)
+    target = [before[0], joining]
+    acked = _produce(cluster.bootstrap, topic, [f"m{i}".encode() for i in range(2000)], 1)
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    try:
+        admin.alter_partition_reassignments({KTopicPartition(topic, 0): target})
+
+        def moved() -> bool:
+            p = cluster.partitions(topic)[0]
+            ongoing = admin.list_partition_reassignments([KTopicPartition(topic, 0)])
+            return list(p.replicas) == target and sorted(p.isrs) == sorted(target) and not ongoing
+
+        wait_for("the reassignment to finish", moved, 90)
+    finally:
+        admin.close()
+    # The new replica has every record; the old one's copy is gone from its log dir.
+    wait_for(
+        "the leaving replica's copy deleted",
+        lambda: not (cluster.brokers[leaving].log_dir / f"{topic}-0").exists(),
+        60,
+    )
+    got = _consume_all(cluster.bootstrap, topic, 1, len(acked))[0]
+    assert [o for o, _ in got] == list(range(len(acked)))
+    _assert_replicas_identical_on(cluster, topic, 0, target)
+
+
+def _assert_replicas_identical_on(cluster: Cluster, topic: str, p: int, brokers: list[int]) -> None:
+    def same() -> bool:
+        datas = set()
+        for b in brokers:
+            d = cluster.brokers[b].log_dir / f"{topic}-{p}"
+            datas.add(b"".join(f.read_bytes() for f in sorted(d.glob("*.log"))))
+        return len(datas) == 1
+
+    wait_for(f"{topic}-{p}: identical on {brokers}", same, 60)
+
+
+def test_topic_configs_live_in_zookeeper_and_reach_every_replica(cluster: Cluster) -> None:
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    topic = f"cfg-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, partitions=1, rf=3, **{"retention.ms": "3600000"})
+    first, second = list(cluster.brokers.values())[:2]
+    admin = AdminClient({"bootstrap.servers": first.bootstrap})
+
+    def incremental(key: str, value: str) -> ConfigResource:
+        entry = ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+        return ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
+
+    res = incremental("retention.ms", "7200000")
+    admin.incremental_alter_configs([res])[res].result(30)
+
+    def described(b: BrokerProcess) -> str | None:
+        a = AdminClient({"bootstrap.servers": b.bootstrap})
+        r = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        return a.describe_configs([r])[r].result(30)["retention.ms"].value  # type: ignore[no-any-return]
+
+    # Any broker describes what ZooKeeper holds...
+    wait_for("the new retention everywhere", lambda: described(second) == "7200000", 30)
+
+    # ...and every replica's broker applied it to its log (its topic registry says so).
+    def applied() -> bool:
+        for b in cluster:
+            reg = json.loads((b.log_dir / "__tierlog_topics.json").read_text())
+            if reg["topics"][topic]["configs"].get("retention.ms") != "7200000":
+                return False
+        return True
+
+    wait_for("the registry of every replica", applied, 30)
+    bad = incremental("retention.mss", "1")
+    with pytest.raises(Exception, match=r"retention\.mss"):
+        admin.incremental_alter_configs([bad])[bad].result(30)
+
+
+def test_a_produce_to_a_follower_names_the_leader_kip_951(cluster: Cluster) -> None:
+    import datetime
+
+    from tests.integration import wire
+
+    topic = f"kip951-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, partitions=1, rf=3)
+    leader = cluster.leader(topic, 0)
+    follower = next(b for i, b in cluster.brokers.items() if i != leader)
+    cls = wire.request_class(0, 10)
+    m = wire._module(cls)
+    req = cls(
+        transactional_id=None,
+        acks=-1,
+        timeout=datetime.timedelta(seconds=30),
+        topic_data=(
+            m.TopicProduceData(
+                name=topic,
+                partition_data=(m.PartitionProduceData(index=0, records=wire.one_record(b"x")),),
+            ),
+        ),
+    )
+    c = wire.WireClient(follower.bootstrap)
+    try:
+        resp = c.call(req)
+    finally:
+        c.close()
+    (p,) = resp.responses[0].partition_responses
+    assert int(p.error_code) == 6  # NOT_LEADER_OR_FOLLOWER, retriable
+    assert int(p.current_leader.leader_id) == leader
+    assert int(p.current_leader.leader_epoch) >= 0
+    endpoints = {int(e.node_id): int(e.port) for e in resp.node_endpoints}
+    assert endpoints == {leader: cluster.brokers[leader].port}
+
+
+def test_deleting_and_growing_topics_reach_every_broker(cluster: Cluster) -> None:
+    from confluent_kafka.admin import NewPartitions
+
+    topic = f"life-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, partitions=2, rf=3)
+    admin = cluster.admin()
+    admin.create_partitions([NewPartitions(topic, 5)])[topic].result(30)
+    cluster.wait_healthy(topic, 5, 3)
+    wait_for(
+        "every broker hosting the new partitions",
+        lambda: all((b.log_dir / f"{topic}-{p}").is_dir() for b in cluster for p in range(5)),
+        30,
+    )
+    admin.delete_topics([topic], operation_timeout=30)[topic].result(30)
+
+    def gone_everywhere() -> bool:
+        return all(not list(b.log_dir.glob(f"{topic}-*")) for b in cluster) and (
+            topic not in cluster.admin().list_topics(timeout=5).topics
+        )
+
+    wait_for(f"{topic} deleted on every broker", gone_everywhere, 60)
+    # The name can be used again: a new topic, with a new id.
+    cluster.create_topic(topic, partitions=1, rf=3)
+    acked = _produce(cluster.bootstrap, topic, [b"again"], 1)
+    assert acked[b"again"] == (0, 0)
