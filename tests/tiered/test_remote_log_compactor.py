@@ -51,9 +51,12 @@ def _update(w: World, n: int, start: int, *, tombstones: frozenset[int] = frozen
     w.log.update_high_watermark(w.log.log_end_offset)
 
 
-def _clean(w: World, manager: LogCleanerManager) -> int:
-    """One round of the local cleaner; the new first dirty offset."""
+def _clean(w: World, manager: LogCleanerManager, *, due: bool = True) -> int:
+    """One round of the local cleaner (``due``: the log must be dirty enough for one); the
+    new first dirty offset."""
     cleanable = manager.grab_filthiest_compacted_log(w.clock())
+    if cleanable is None and not due:
+        return manager.first_dirty_offset(TP) or 0
     assert cleanable is not None
     end = cleanable.first_dirty_offset
     try:
@@ -162,13 +165,12 @@ def test_tombstones_stay_delete_retention_then_go_with_every_older_value(tmp_pat
     latest = _latest(_everything(w))
     assert latest[b"k3"] is None  # the tombstone is still readable: within delete.retention.ms
     w.clock.now += 2 * HOUR
-    _update(w, 10, 900, tombstones=gone)  # a change, so that a new pass is due
-    w.rlm.run_expiration(w.tp)
+    w.rlm.run_expiration(w.tp)  # due: a kept tombstone's delete horizon passed
     highest = w.rlm.highest_offset_in_remote_storage(w.tp)
     remote_keys = {k for o, k, _ in _everything(w) if o <= highest}
     assert b"k3" not in remote_keys  # tombstone and every older value gone from remote
     assert {k: v for k, v in _latest(_everything(w)).items() if v is not None} == {
-        k: v for k, v in _expected(910, gone).items() if v is not None
+        k: v for k, v in _expected(900, gone).items() if v is not None
     }
 
 
@@ -207,3 +209,42 @@ def test_a_swap_interrupted_after_the_new_segment_finished_converges(
     spans = sorted((x.start_offset, x.end_offset) for x in left)
     assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(spans))  # no overlap
     assert _latest(_everything(w)) == _expected(n)
+
+
+def test_a_pass_waits_for_the_dirty_ratio_of_newly_tiered_bytes(tmp_path: Path) -> None:
+    w, manager = _world(tmp_path, min_cleanable_dirty_ratio="0.5")
+    n = 0
+    expected: dict[bytes, bytes | None] = {}
+
+    def tier_round(records: int) -> None:
+        """``records`` new keys, then the updates of KEYS keys that make the log dirty
+        enough for a local clean; the cleaned segments are copied."""
+        nonlocal n
+        for i in range(n, n + records):
+            w.log.append(build_batch([(T0 + i, b"u%d" % i, b"x" * 40)]), leader_epoch=0)
+            expected[b"u%d" % i] = b"x" * 40
+        n += records
+        _update(w, 300, n)
+        expected.update({f"k{i % KEYS}".encode(): f"v{i}".encode() * 8 for i in range(n, n + 300)})
+        n += 300
+        w.log.update_high_watermark(w.log.log_end_offset)
+        _clean(w, manager, due=False)
+        w.rlm.run_copy(w.tp)
+
+    tier_round(600)
+    w.rlm.run_expiration(w.tp)
+    assert w.rlm.remote_compaction_passes(w.tp) == 1  # the first pass since the start
+    clean = sum(m.segment_size_in_bytes for m in _finished(w))
+    passes, waited = 1, False
+    for _ in range(20):
+        tier_round(100)
+        dirty = sum(m.segment_size_in_bytes for m in _finished(w)) - clean
+        due = dirty > 0.5 * (clean + dirty)
+        w.rlm.run_expiration(w.tp)
+        passes = w.rlm.remote_compaction_passes(w.tp)
+        assert passes == (2 if due else 1)  # only once as many new bytes as the ratio says
+        waited = waited or (dirty > 0 and not due)
+        if passes == 2:
+            break
+    assert waited and passes == 2
+    assert _latest(_everything(w)) == expected

@@ -15,8 +15,10 @@ them in three parts:
    (older values of its key may be in remote segments, which it does not touch); the remote
    compactor drops it once every older value is gone.
 3. **Remote re-compaction** (:class:`RLMCompactor`, run by the expiration task of the
-   partition's leader, every ``remote.log.compaction.interval.ms``, when the remote segments
-   or the log's stable end changed since the last pass)::
+   partition's leader, at most every ``remote.log.compaction.interval.ms``, when a pass is
+   due: the first since the broker started, a kept tombstone's delete horizon passed, or the
+   bytes tiered since the last pass exceed ``min.cleanable.dirty.ratio`` of the remote
+   bytes -- a pass reads every remote segment, so it waits for as many new bytes)::
 
        map     newest first: the local data after the last remote segment (up to the last
                stable offset, the cleaner paused meanwhile), then each remote segment,
@@ -167,6 +169,7 @@ class _Remote:
     dead: int = 0  # records whose key has a later record (or no key)
     expired_tombstones: int = 0  # latest of their key, past their delete horizon
     total: int = 0
+    next_horizon: int = -1  # earliest delete horizon not passed yet of a tombstone kept
 
     @property
     def size(self) -> int:
@@ -184,8 +187,10 @@ class _Pass:
     """Where a partition's remote compaction stands (kept in memory only)."""
 
     last_run_ms: int = -1
-    #: (finished segment ids, last stable offset) at the last pass: unchanged -> no new pass.
-    signature: tuple[frozenset[uuid.UUID], int] | None = None
+    #: The finished segments the last pass left (None: no pass yet since this start).
+    clean: frozenset[uuid.UUID] | None = None
+    #: The earliest delete horizon of a tombstone the last pass kept (-1: none).
+    next_horizon: int = -1
     passes: int = 0
     bytes_before: int = 0
     bytes_after: int = 0
@@ -229,24 +234,33 @@ class RLMCompactor(RemoteLogManagerCore):
         interval = int(lg.config.get("remote.log.compaction.interval.ms"))
         if p.last_run_ms >= 0 and now - p.last_run_ms < interval:
             return
-        signature = (
-            frozenset(m.remote_log_segment_id.id for m in finished),
-            lg.last_stable_offset,
-        )
-        if signature == p.signature or len(finished) == 0:
+        if not finished or not self._pass_due(p, finished, lg.config, now):
             return
         p.last_run_ms = now
         passed = self._compact_pass(st, lg, finished, task)
         self._update_size_metrics(st, lg)
         if passed:
             # What is remote now (the rewritten segments replaced the old ones).
-            after = sorted(
-                self._finished_in_lineage(tp, lg, _lineage(lg)), key=lambda m: m.start_offset
-            )
-            p.signature = (
-                frozenset(m.remote_log_segment_id.id for m in after),
-                signature[1],
-            )
+            after = self._finished_in_lineage(tp, lg, _lineage(lg))
+            p.clean = frozenset(m.remote_log_segment_id.id for m in after)
+
+    @staticmethod
+    def _pass_due(
+        p: _Pass, finished: list[RemoteLogSegmentMetadata], config: LogConfig, now: int
+    ) -> bool:
+        """A pass is due (as the local cleaner's dirty ratio): the first since this start;
+        a kept tombstone's delete horizon passed; or the bytes tiered since the last pass
+        exceed ``min.cleanable.dirty.ratio`` of the remote bytes -- so each pass, which
+        reads every remote segment, is paid for by as many new bytes."""
+        if p.clean is None:
+            return True
+        if 0 <= p.next_horizon <= now:
+            return True
+        total = sum(m.segment_size_in_bytes for m in finished)
+        dirty = sum(
+            m.segment_size_in_bytes for m in finished if m.remote_log_segment_id.id not in p.clean
+        )
+        return dirty > 0 and dirty / total > float(config.get("min.cleanable.dirty.ratio"))
 
     def remote_compaction_passes(self, tp: TopicIdPartition) -> int:
         """Completed re-compaction passes of ``tp`` since this manager started (tests)."""
@@ -324,6 +338,8 @@ class RLMCompactor(RemoteLogManagerCore):
                 rewritten += 1
             p = self._compaction_state(st)
             p.passes += 1
+            p.next_horizon = min((r.next_horizon for r in remotes if r.next_horizon >= 0),
+                                 default=-1)  # fmt: skip
             p.bytes_before = before
             p.bytes_after = (
                 before
@@ -415,9 +431,14 @@ class RLMCompactor(RemoteLogManagerCore):
         ):
             if header.attributes & CONTROL_FLAG_MASK:
                 continue
-            expired = bool(header.attributes & DELETE_HORIZON_FLAG_MASK) and (
-                now >= header.base_timestamp
-            )
+            has_horizon = bool(header.attributes & DELETE_HORIZON_FLAG_MASK)
+            expired = has_horizon and now >= header.base_timestamp
+            if (
+                has_horizon
+                and not expired
+                and (r.next_horizon < 0 or header.base_timestamp < r.next_horizon)
+            ):
+                r.next_horizon = header.base_timestamp
             offsets, keys, has_values = read_keys(chunk, header)
             stats.map_messages_read += len(offsets)
             r.total += len(offsets)
