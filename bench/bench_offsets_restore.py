@@ -28,6 +28,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from tierlog.server.group_coordinator import GroupCoordinator
+from tierlog.server.group_records import OffsetCommitKey, OffsetCommitValue
+
 from tierlog.log.cleaner import Cleaner
 from tierlog.log.log import Log
 from tierlog.log.log_cleaner_manager import LogCleanerManager
@@ -35,8 +38,6 @@ from tierlog.log.log_config import LogConfig
 from tierlog.log.log_replay import iter_log_records
 from tierlog.log.offset_map import SkimpyOffsetMap
 from tierlog.records.default_records import build_batch
-from tierlog.server.group_coordinator import GroupCoordinator
-from tierlog.server.group_records import OffsetCommitKey, OffsetCommitValue
 from tierlog.server.offset_store import offsets_topic_configs
 
 QUICK = bool(os.environ.get("BENCH_QUICK"))
