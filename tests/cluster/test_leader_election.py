@@ -7,19 +7,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tierlog.cluster.leader_election import (
-    NO_LEADER,
     ControlledShutdownResult,
     ElectionResult,
-    LeaderAndIsr,
-    LeaderRecoveryState,
     auto_leader_rebalance_candidates,
     controlled_shutdown_leader,
+    elected,
     new_partition_leader,
     offline_partition_leader,
     preferred_replica_leader,
     reassign_partition_leader,
     remove_replica_from_isr,
 )
+from tierlog.cluster.zk_data import NO_LEADER, RECOVERING, PartitionState
 
 # ------------------------------------------------------------------------------ cases
 # Kafka's PartitionLeaderElectionAlgorithmsTest, plus the ISR each election writes.
@@ -41,7 +40,7 @@ def test_offline_election_without_live_isr_member():
     assert offline_partition_leader([2, 4], [2], {4}, False) is None
     unclean = offline_partition_leader([2, 4], [2], {4}, True)
     assert unclean == ElectionResult(4, (4,), unclean=True)
-    assert unclean.leader_recovery_state == LeaderRecoveryState.RECOVERING
+    assert unclean.leader_recovery_state == RECOVERING
     assert offline_partition_leader([2, 4], [2], set(), True) is None
 
 
@@ -74,41 +73,42 @@ def test_controlled_shutdown_election():
 
 
 def test_remove_replica_from_isr():
-    state = LeaderAndIsr(leader=1, leader_epoch=5, isr=(1, 2, 3), partition_epoch=7)
-    assert remove_replica_from_isr(state, 2) == LeaderAndIsr(1, 6, (1, 3), 0, 7)
-    assert remove_replica_from_isr(state, 1) == LeaderAndIsr(NO_LEADER, 6, (2, 3), 0, 7)
-    assert remove_replica_from_isr(state, 9) is None
-    # a sole ISR member stays, with no leader
-    alone = LeaderAndIsr(leader=3, leader_epoch=2, isr=(3,))
-    assert remove_replica_from_isr(alone, 3) == LeaderAndIsr(NO_LEADER, 3, (3,))
-    follower_alone = LeaderAndIsr(leader=NO_LEADER, leader_epoch=2, isr=(3,))
-    assert remove_replica_from_isr(follower_alone, 3) == LeaderAndIsr(NO_LEADER, 3, (3,))
+    state = PartitionState(
+        leader=1, leader_epoch=5, isr=(1, 2, 3), controller_epoch=1, zk_version=7
+    )
+    assert remove_replica_from_isr(state, 2, 4) == PartitionState(1, 6, (1, 3), 4, 0, 7)
+    assert remove_replica_from_isr(state, 1, 4) == PartitionState(NO_LEADER, 6, (2, 3), 4, 0, 7)
+    assert remove_replica_from_isr(state, 9, 4) is None
+    # A sole ISR member stays: the one replica known to have every acknowledged record.
+    alone = PartitionState(leader=3, leader_epoch=2, isr=(3,), controller_epoch=1)
+    assert remove_replica_from_isr(alone, 3, 1) == PartitionState(NO_LEADER, 3, (3,), 1)
+    follower_alone = PartitionState(leader=NO_LEADER, leader_epoch=2, isr=(3,), controller_epoch=1)
+    assert remove_replica_from_isr(follower_alone, 3, 1) == PartitionState(NO_LEADER, 3, (3,), 1)
 
 
-def test_leader_and_isr_bumps_the_leader_epoch():
-    state = LeaderAndIsr(leader=1, leader_epoch=5, isr=(1, 2), partition_epoch=3)
-    assert state.new_leader(2) == LeaderAndIsr(2, 6, (1, 2), 0, 3)
-    unclean = state.elected(ElectionResult(3, (3,), unclean=True))
-    assert unclean == LeaderAndIsr(3, 6, (3,), LeaderRecoveryState.RECOVERING, 3)
-    assert unclean.new_leader(3).leader_recovery_state == LeaderRecoveryState.RECOVERING
-    assert unclean.elected(ElectionResult(3, (3,))).leader_recovery_state == 0
+def test_an_election_bumps_the_leader_epoch():
+    state = PartitionState(leader=1, leader_epoch=5, isr=(1, 2), controller_epoch=1, zk_version=3)
+    assert elected(state, ElectionResult(2, (1, 2)), 4) == PartitionState(2, 6, (1, 2), 4, 0, 3)
+    unclean = elected(state, ElectionResult(3, (3,), unclean=True), 4)
+    assert unclean == PartitionState(3, 6, (3,), 4, RECOVERING, 3)
+    assert elected(unclean, ElectionResult(3, (3,)), 4).leader_recovery_state == 0
 
 
 def test_auto_leader_rebalance_above_the_imbalance_percentage():
     # broker 1 prefers 10 partitions and leads 8: 20% > 10%; the two come back unless the
     # preferred replica cannot lead (out of the ISR)
     assignments = {p: (1, 2) for p in range(10)}
-    states = {p: LeaderAndIsr(1, 0, (1, 2)) for p in range(8)}
-    states[8] = LeaderAndIsr(2, 1, (2, 1))
-    states[9] = LeaderAndIsr(2, 1, (2, 1))
+    states = {p: PartitionState(1, 0, (1, 2), 0) for p in range(8)}
+    states[8] = PartitionState(2, 1, (2, 1), 0)
+    states[9] = PartitionState(2, 1, (2, 1), 0)
     assert auto_leader_rebalance_candidates(assignments, states, {1, 2}) == {8, 9}
-    states[9] = LeaderAndIsr(2, 1, (2,))
+    states[9] = PartitionState(2, 1, (2,), 0)
     assert auto_leader_rebalance_candidates(assignments, states, {1, 2}) == {8}
     assert auto_leader_rebalance_candidates(assignments, states, {2}) == set()  # 1 is down
     # 20% is not above 20%
     assert auto_leader_rebalance_candidates(assignments, states, {1, 2}, 20) == set()
     # exactly one of 10 led elsewhere (10%) is not above the default 10%
-    states[9] = LeaderAndIsr(1, 2, (1, 2))
+    states[9] = PartitionState(1, 2, (1, 2), 0)
     assert auto_leader_rebalance_candidates(assignments, states, {1, 2}) == set()
 
 
@@ -182,8 +182,8 @@ def test_controlled_shutdown_properties(p, shutting_down):
 @given(_partition(), st.integers(0, 9), st.integers(0, 100))
 def test_remove_replica_never_empties_the_isr(p, broker, epoch):
     _, isr, _ = p
-    state = LeaderAndIsr(leader=isr[0], leader_epoch=epoch, isr=tuple(isr))
-    got = remove_replica_from_isr(state, broker)
+    state = PartitionState(leader=isr[0], leader_epoch=epoch, isr=tuple(isr), controller_epoch=0)
+    got = remove_replica_from_isr(state, broker, 0)
     if broker not in isr:
         assert got is None
         return

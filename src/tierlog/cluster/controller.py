@@ -38,12 +38,14 @@ from kazoo.exceptions import BadVersionError
 
 from tierlog.cluster.kafka_zk_client import ControllerMovedError
 from tierlog.cluster.leader_election import (
-    ElectionResult,
+    auto_leader_rebalance_candidates,
     controlled_shutdown_leader,
+    elected,
     new_partition_leader,
     offline_partition_leader,
     preferred_replica_leader,
     reassign_partition_leader,
+    remove_replica_from_isr,
 )
 from tierlog.cluster.zk_data import (
     BROKER_IDS_PATH,
@@ -323,19 +325,9 @@ class KafkaController:
                     "controller: unclean leader election of %s-%d: broker %d (ISR was %s)",
                     tp[0], tp[1], result.leader, list(state.isr),
                 )  # fmt: skip
-            return self._elected(state, result)
+            return elected(state, result, self.epoch)
 
         self._update(tps, decide, "offline")
-
-    def _elected(self, state: PartitionState, result: ElectionResult) -> PartitionState:
-        return replace(
-            state,
-            leader=result.leader,
-            leader_epoch=state.leader_epoch + 1,
-            isr=result.isr,
-            controller_epoch=self.epoch,
-            leader_recovery_state=result.leader_recovery_state,
-        )
 
     def _remove_dead_from_isr(self, tps: Iterable[TopicPartition]) -> None:
         dead = {b for tp in tps if tp in self.states for b in self.states[tp].isr} - set(
@@ -349,18 +341,13 @@ class KafkaController:
         stays (an ISR is never empty), a removed leader leaves leader -1."""
 
         def decide(_tp: TopicPartition, state: PartitionState) -> PartitionState | None:
-            gone = brokers & set(state.isr)
-            if not gone:
-                return None
-            isr = tuple(r for r in state.isr if r not in gone) or state.isr[:1]
-            leader = -1 if state.leader in gone else state.leader
-            return replace(
-                state,
-                leader=leader,
-                leader_epoch=state.leader_epoch + 1,
-                isr=isr,
-                controller_epoch=self.epoch,
-            )
+            new: PartitionState | None = None
+            for broker in sorted(brokers):
+                removed = remove_replica_from_isr(new or state, broker, self.epoch)
+                if removed is not None:
+                    # One epoch bump for the whole removal, however many brokers left.
+                    new = replace(removed, leader_epoch=state.leader_epoch + 1)
+            return new
 
         self._update(tps, decide, "isr removal")
 
@@ -590,7 +577,7 @@ class KafkaController:
             if not replicas or state.leader == replicas[0]:
                 return None
             result = preferred_replica_leader(replicas, state.isr, live)
-            return self._elected(state, result) if result is not None else None
+            return elected(state, result, self.epoch) if result is not None else None
 
         self._update(tps, decide, "preferred")
 
@@ -606,21 +593,15 @@ class KafkaController:
         self._next_rebalance = time.monotonic() + self.config.leader_imbalance_check_interval_s
         if not self.active:
             return
-        by_preferred: dict[int, list[TopicPartition]] = {}
-        for tp, replicas in self._partition_replicas():
-            if replicas:
-                by_preferred.setdefault(replicas[0], []).append(tp)
-        live = self._live()
-        chosen: list[TopicPartition] = []
-        for broker, tps in by_preferred.items():
-            if broker not in live:
-                continue
-            imbalanced = [
-                tp for tp in tps if tp in self.states and self.states[tp].leader != broker
-            ]
-            ratio = 100 * len(imbalanced) / len(tps)
-            if ratio > self.config.leader_imbalance_per_broker_percentage:
-                chosen.extend(imbalanced)
+        self._reload(list(self.states))
+        chosen = sorted(
+            auto_leader_rebalance_candidates(
+                dict(self._partition_replicas()),
+                self.states,
+                self._live(),
+                self.config.leader_imbalance_per_broker_percentage,
+            )
+        )
         if chosen:
             log.info("controller: rebalancing %d partition leaders", len(chosen))
             self._elect_preferred(chosen)

@@ -2,7 +2,7 @@
 ``PartitionLeaderElectionAlgorithms`` as pure functions.
 
 The controller calls one of these per partition and writes the result to the partition's
-state znode with the leader epoch bumped (:meth:`LeaderAndIsr.new_leader_and_isr`).
+state znode (``zk_data.PartitionState``) with the leader epoch bumped (:func:`elected`).
 Candidates are always scanned in **assignment order** (the first replica is the preferred
 leader); "live" means the broker is registered, its replica's log dir is online and -- except
 for :func:`controlled_shutdown_leader` -- it is not shutting down (Kafka's
@@ -31,34 +31,23 @@ replica known to have every acknowledged record is remembered.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Final, NamedTuple, TypeVar
+from dataclasses import dataclass, replace
+from typing import NamedTuple, TypeVar
+
+from tierlog.cluster.zk_data import NO_LEADER, RECOVERED, RECOVERING, PartitionState
 
 __all__ = [
-    "NO_LEADER",
     "ControlledShutdownResult",
     "ElectionResult",
-    "LeaderAndIsr",
-    "LeaderRecoveryState",
     "auto_leader_rebalance_candidates",
     "controlled_shutdown_leader",
+    "elected",
     "new_partition_leader",
     "offline_partition_leader",
     "preferred_replica_leader",
     "reassign_partition_leader",
     "remove_replica_from_isr",
 ]
-
-NO_LEADER: Final = -1
-"""Kafka's ``LeaderAndIsr.NoLeader``."""
-
-
-class LeaderRecoveryState:
-    """KIP-704: whether an unclean leader may still be rebuilding the partition
-    (``leader_recovery_state`` in the state znode, written only when RECOVERING)."""
-
-    RECOVERED: Final = 0
-    RECOVERING: Final = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +62,7 @@ class ElectionResult:
     @property
     def leader_recovery_state(self) -> int:
         """RECOVERING after an unclean election (KIP-704), else RECOVERED."""
-        return LeaderRecoveryState.RECOVERING if self.unclean else LeaderRecoveryState.RECOVERED
+        return RECOVERING if self.unclean else RECOVERED
 
 
 class ControlledShutdownResult(NamedTuple):
@@ -84,38 +73,17 @@ class ControlledShutdownResult(NamedTuple):
     isr: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class LeaderAndIsr:
-    """A partition's state znode (``/brokers/topics/<t>/partitions/<p>/state``): Kafka's
-    ``LeaderAndIsr``. ``partition_epoch`` is the znode's zkVersion. Immutable."""
-
-    leader: int
-    leader_epoch: int
-    isr: tuple[int, ...]
-    leader_recovery_state: int = LeaderRecoveryState.RECOVERED
-    partition_epoch: int = 0
-
-    def new_leader(self, leader: int) -> LeaderAndIsr:
-        """Another leader, the same ISR, the leader epoch + 1."""
-        return self.new_leader_and_isr(leader, self.isr)
-
-    def new_leader_and_isr(
-        self,
-        leader: int,
-        isr: Sequence[int],
-        leader_recovery_state: int | None = None,
-    ) -> LeaderAndIsr:
-        """A new leader and ISR with the leader epoch + 1; the recovery state is kept unless
-        given (the partition epoch is the znode's, bumped by the write)."""
-        if leader_recovery_state is None:
-            leader_recovery_state = self.leader_recovery_state
-        return LeaderAndIsr(
-            leader, self.leader_epoch + 1, tuple(isr), leader_recovery_state, self.partition_epoch
-        )
-
-    def elected(self, result: ElectionResult) -> LeaderAndIsr:
-        """The state after ``result``: its leader and ISR, the leader epoch + 1."""
-        return self.new_leader_and_isr(result.leader, result.isr, result.leader_recovery_state)
+def elected(state: PartitionState, result: ElectionResult, controller_epoch: int) -> PartitionState:
+    """The state after ``result``: its leader and ISR, the leader epoch + 1, written by the
+    controller of ``controller_epoch`` (the znode version is bumped by the write)."""
+    return replace(
+        state,
+        leader=result.leader,
+        leader_epoch=state.leader_epoch + 1,
+        isr=result.isr,
+        controller_epoch=controller_epoch,
+        leader_recovery_state=result.leader_recovery_state,
+    )
 
 
 def new_partition_leader(assignment: Sequence[int], live: Collection[int]) -> ElectionResult | None:
@@ -191,7 +159,9 @@ def controlled_shutdown_leader(
     return ControlledShutdownResult(None, new_isr)
 
 
-def remove_replica_from_isr(state: LeaderAndIsr, broker: int) -> LeaderAndIsr | None:
+def remove_replica_from_isr(
+    state: PartitionState, broker: int, controller_epoch: int
+) -> PartitionState | None:
     """The state after ``broker`` leaves the ISR (its broker died or shuts down; Kafka's
     ``ReplicaStateMachine.doRemoveReplicasFromIsr``), or None when it is not in the ISR
     (nothing to write).
@@ -203,7 +173,13 @@ def remove_replica_from_isr(state: LeaderAndIsr, broker: int) -> LeaderAndIsr | 
         return None
     leader = NO_LEADER if state.leader == broker else state.leader
     isr = state.isr if len(state.isr) == 1 else tuple(r for r in state.isr if r != broker)
-    return state.new_leader_and_isr(leader, isr)
+    return replace(
+        state,
+        leader=leader,
+        leader_epoch=state.leader_epoch + 1,
+        isr=isr,
+        controller_epoch=controller_epoch,
+    )
 
 
 P = TypeVar("P")
@@ -211,7 +187,7 @@ P = TypeVar("P")
 
 def auto_leader_rebalance_candidates(
     assignments: Mapping[P, Sequence[int]],
-    states: Mapping[P, LeaderAndIsr],
+    states: Mapping[P, PartitionState],
     live: Collection[int],
     leader_imbalance_per_broker_percentage: int = 10,
 ) -> set[P]:

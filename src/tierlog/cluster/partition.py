@@ -37,9 +37,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Partition", "ReplicaState"]
 
-#: No leader (Kafka's LeaderAndIsr.NoLeader); -2 marks a partition being deleted.
-NO_LEADER = -1
-
 
 @dataclass(slots=True)
 class ReplicaState:
