@@ -62,6 +62,7 @@ from tierlog.server.delayed_remote_fetch import DelayedRemoteFetch
 if TYPE_CHECKING:
     from tierlog.cluster.cluster_link import ClusterLink, PartitionChange
     from tierlog.log.log_manager import LogManager
+    from tierlog.server.broker_metrics import BrokerTopicStats
     from tierlog.tiered.remote_log_manager import RemoteLogManager
     from tierlog.tiered.remote_log_reader import RemoteStorageFetchInfo
 
@@ -157,6 +158,8 @@ class ReplicaManager:
         self._remote = (
             DelayedRemoteFetch(remote_log_manager) if remote_log_manager is not None else None
         )
+        #: BrokerTopicMetrics' counters (None: metrics off), plain ints (see broker_metrics).
+        self.topic_stats: BrokerTopicStats | None = None
 
     # ----------------------------------------------------------------- partitions
 
@@ -358,6 +361,19 @@ class ReplicaManager:
         internal: bool = False,
         required_acks: int = 1,
     ) -> ProducePartitionResult:
+        result = self._append_records(topic, index, records, internal, required_acks)
+        if self.topic_stats is not None and not internal:
+            self._count_produce(self.topic_stats, topic, records, result)
+        return result
+
+    def _append_records(
+        self,
+        topic: str,
+        index: int,
+        records: bytes | None,
+        internal: bool,
+        required_acks: int,
+    ) -> ProducePartitionResult:
         """Append one produced batch to the leader log and advance the high watermark.
 
         Validation that needs no log state happens here (exactly one magic-2 batch, no
@@ -393,6 +409,33 @@ class ReplicaManager:
         *,
         internal: bool = False,
         required_acks: int = 1,
+    ) -> ProducePartitionResult:
+        result = await self._append_records_in_thread(
+            topic, index, records, internal, required_acks
+        )
+        if self.topic_stats is not None and not internal:
+            self._count_produce(self.topic_stats, topic, records, result)
+        return result
+
+    @staticmethod
+    def _count_produce(
+        stats: BrokerTopicStats, topic: str, records: bytes | None, result: ProducePartitionResult
+    ) -> None:
+        """Kafka's BrokerTopicMetrics of one produced partition (unknown topics are not
+        counted, as in Kafka, so a client cannot grow the series with made-up names)."""
+        code = result.error_code
+        if code == UnknownTopicOrPartition.error_code:
+            return
+        n = result.last_offset - result.base_offset + 1 if not code else 0
+        stats.produced(topic, len(records) if records else 0, n, bool(code))
+
+    async def _append_records_in_thread(
+        self,
+        topic: str,
+        index: int,
+        records: bytes | None,
+        internal: bool,
+        required_acks: int,
     ) -> ProducePartitionResult:
         """:meth:`append_records` with the append (and its fsync) in a worker thread.
 
@@ -698,6 +741,32 @@ class ReplicaManager:
         return results, total, error, partitions
 
     async def fetch(
+        self,
+        requests: list[FetchPartitionRequest],
+        *,
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+        isolation_level: int,
+        replica_id: int = -1,
+    ) -> list[FetchPartitionResult]:
+        results = await self._fetch(
+            requests,
+            max_wait_ms=max_wait_ms,
+            min_bytes=min_bytes,
+            max_bytes=max_bytes,
+            isolation_level=isolation_level,
+            replica_id=replica_id,
+        )
+        stats = self.topic_stats
+        if stats is not None:
+            unknown = UnknownTopicOrPartition.error_code
+            for r, res in zip(requests, results, strict=False):
+                if r.topic is not None and res.error_code != unknown:
+                    stats.fetched(r.topic, res.size, bool(res.error_code), replica_id < 0)
+        return results
+
+    async def _fetch(
         self,
         requests: list[FetchPartitionRequest],
         *,
