@@ -4,14 +4,13 @@ sent; DescribeLogDirs (API 35) through kafka-python's admin client."""
 
 from __future__ import annotations
 
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.clients import cf_consume, cf_create_topic, cf_produce, kp_admin
@@ -91,7 +90,9 @@ def test_produce_and_fetch_counters_match_what_clients_sent(mbroker, unique):
         grew = value(after, BTM + name) - value(before, BTM + name)
         assert grew >= value(after, BTM + name, **t)
     # Log gauges: end offsets add up to the records, sizes to the bytes in.
-    ends = [value(after, "kafka_log_Log_LogEndOffset", topic=topic, partition=str(p)) for p in (0, 1)]
+    ends = [
+        value(after, "kafka_log_Log_LogEndOffset", topic=topic, partition=str(p)) for p in (0, 1)
+    ]
     sizes = [value(after, "kafka_log_Log_Size", topic=topic, partition=str(p)) for p in (0, 1)]
     assert sum(ends) == len(records)
     assert sum(sizes) == value(after, BTM + "BytesInPerSec_total", **t)
@@ -192,15 +193,15 @@ def test_describe_log_dirs_with_kafka_python(mbroker, unique):
     [d] = broker["log_dirs"]
     assert d["error_code"] == 0
     assert Path(d["log_dir"]) == Path(b.log_dir).resolve() or Path(d["log_dir"]) == b.log_dir
-    parts = {
-        (t["name"], p["partition_index"]): p for t in d["topics"] for p in t["partitions"]
-    }
+    parts = {(t["name"], p["partition_index"]): p for t in d["topics"] for p in t["partitions"]}
     for p in (0, 1):
         got = parts[(topic, p)]
-        assert got["partition_size"] == value(s, "kafka_log_Log_Size", topic=topic, partition=str(p))
+        assert got["partition_size"] == value(
+            s, "kafka_log_Log_Size", topic=topic, partition=str(p)
+        )
         assert got["offset_lag"] == 0 and got["is_future_key"] is False
     assert parts[(topic, 1)]["partition_size"] > 30 * 200
     [[only]] = [one[0]["log_dirs"]]
-    assert [(t["name"], [p["partition_index"] for p in t["partitions"]]) for t in only["topics"]] == [
-        (topic, [1])
-    ]
+    assert [
+        (t["name"], [p["partition_index"] for p in t["partitions"]]) for t in only["topics"]
+    ] == [(topic, [1])]

@@ -99,8 +99,8 @@ CONTROLLER_PREFIX = "kafka_controller_KafkaController_"
 LAG_PREFIX = "kafka_consumergroup_"
 
 # Slots of a topic's counter list (BrokerTopicStats): plain list indexing on the hot path.
-BYTES_IN, BYTES_OUT, MESSAGES_IN, TOTAL_PRODUCE, FAILED_PRODUCE, TOTAL_FETCH, FAILED_FETCH = (
-    range(7)
+BYTES_IN, BYTES_OUT, MESSAGES_IN, TOTAL_PRODUCE, FAILED_PRODUCE, TOTAL_FETCH, FAILED_FETCH = range(
+    7
 )
 _TOPIC_METERS = (
     ("BytesInPerSec", "Bytes appended for clients."),
@@ -234,7 +234,9 @@ class _StatsCollector(Collector):
             for version, n in sorted(s.versions.copy().items()):
                 per_sec.add_metric([name, str(version)], float(n))
             cumulative, acc = [], 0
-            for bound, n in zip((*TOTAL_TIME_MS_BUCKETS, float("inf")), list(s.buckets)):
+            for bound, n in zip(
+                (*TOTAL_TIME_MS_BUCKETS, float("inf")), list(s.buckets), strict=True
+            ):
                 acc += n
                 cumulative.append((_le(bound), float(acc)))
             total_time.add_metric([name], cumulative, sum_value=s.sum_ms)
@@ -375,9 +377,12 @@ class BrokerMetrics:
         """Serve the gauges read from the broker's parts at scrape time."""
         self.registry.register(
             _BrokerStateCollector(
-                log_manager, replica_manager, group_coordinator, controller_active,
+                log_manager,
+                replica_manager,
+                group_coordinator,
+                controller_active,
                 offline_partitions,
-            )  # fmt: skip
+            )
         )
 
     def start(self, port: int, host: str = "127.0.0.1") -> int:

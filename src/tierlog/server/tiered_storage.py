@@ -59,10 +59,11 @@ from tierlog.tiered.remote_log_metadata_manager import TopicBasedRemoteLogMetada
 from tierlog.tiered.remote_log_segment_metadata import TopicIdPartition
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
     from tierlog.log.log import Log
     from tierlog.log.log_manager import LogManager, TopicInfo
     from tierlog.server.kafka_config import KafkaConfig
-    from prometheus_client import CollectorRegistry
     from tierlog.tiered.remote_log_manager import RemoteLogManager
     from tierlog.tiered.storage.pyarrow_remote_storage_manager import (
         PyArrowRemoteStorageManager,
