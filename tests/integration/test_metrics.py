@@ -4,7 +4,10 @@ sent; DescribeLogDirs (API 35) through kafka-python's admin client."""
 
 from __future__ import annotations
 
+import json
+import re
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +18,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.clients import cf_consume, cf_create_topic, cf_produce, kp_admin
 from tests.integration.conftest import running_broker
-from tests.integration.wire import WireClient, one_record, produce, request_class
+from tests.integration.wire import WireClient, create_topics, one_record, produce, request_class
+from tierlog.tiered.metrics import RemoteStorageMetrics
+from tierlog.tiered.remote_log_segment_metadata import TopicIdPartition
 
 pytestmark = pytest.mark.integration
 
@@ -115,8 +120,6 @@ def test_a_failed_produce_is_counted_once(mbroker, unique):
     topic = f"fail-{unique}"
     c = WireClient(b.bootstrap)
     try:
-        from tests.integration.wire import create_topics
-
         assert create_topics(c, {topic: 1}, **{"max.message.bytes": "1000"}) == {topic: 0}
         ok = one_record(b"x" * 10)
         assert produce(c, topic, [0], ok) == {0: 0}
@@ -205,3 +208,20 @@ def test_describe_log_dirs_with_kafka_python(mbroker, unique):
     assert [
         (t["name"], [p["partition_index"] for p in t["partitions"]]) for t in only["topics"]
     ] == [(topic, [1])]
+
+
+def test_the_grafana_dashboard_queries_only_served_series(mbroker):
+    """docs/grafana/tierlog.json: every series its queries name is one the broker serves (the
+    tiered ones as tiered storage registers them)."""
+    dash = json.loads((Path(__file__).parents[2] / "docs/grafana/tierlog.json").read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
+    assert exprs
+    used = {m for e in exprs for m in re.findall(r"\bkafka_\w+", e)}
+    served = {name for name, _ in scrape(mbroker)}
+    tiered = RemoteStorageMetrics()
+    tiered.partition(TopicIdPartition(uuid.uuid4(), "t", 0))
+    served |= {s.name for fam in tiered.registry.collect() for s in fam.samples}
+    assert used - served == set()
+    # Both the broker's own and the tiered series are on the dashboard.
+    assert "kafka_consumergroup_lag" in used
+    assert "kafka_server_BrokerTopicMetrics_RemoteCopyBytesPerSec_total" in used

@@ -117,6 +117,9 @@ TOTAL_TIME_MS_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500
                          2500.0, 5000.0, 10000.0, 30000.0)  # fmt: skip
 
 
+_bisect = bisect.bisect_left
+
+
 class BrokerTopicStats:
     """Kafka's ``BrokerTopicStats``: per-topic counters as plain ints (one list per topic,
     indexed by the slot constants). Not thread-safe for writers: the event loop thread
@@ -136,7 +139,9 @@ class BrokerTopicStats:
 
     def produced(self, topic: str, size: int, records: int, error: bool) -> None:
         """One partition of a Produce: appended ``records`` in ``size`` bytes, or failed."""
-        c = self.topic(topic)
+        c = self.topics.get(topic)
+        if c is None:
+            c = self.topic(topic)
         c[TOTAL_PRODUCE] += 1
         if error:
             c[FAILED_PRODUCE] += 1
@@ -146,7 +151,9 @@ class BrokerTopicStats:
 
     def fetched(self, topic: str, size: int, error: bool, consumer: bool) -> None:
         """One partition of a Fetch: ``size`` record bytes answered, or an error."""
-        c = self.topic(topic)
+        c = self.topics.get(topic)
+        if c is None:
+            c = self.topic(topic)
         c[TOTAL_FETCH] += 1
         if error:
             c[FAILED_FETCH] += 1
@@ -167,11 +174,13 @@ class BrokerTopicStats:
 
 
 class _ApiStats:
-    __slots__ = ("buckets", "count", "sum_ms", "versions")
+    """One API's TotalTimeMs histogram (bucket counts, not cumulative; the count is their
+    sum) and its requests per version."""
+
+    __slots__ = ("buckets", "sum_ms", "versions")
 
     def __init__(self) -> None:
         self.buckets = [0] * (len(TOTAL_TIME_MS_BUCKETS) + 1)
-        self.count = 0
         self.sum_ms = 0.0
         self.versions: dict[int, int] = {}
 
@@ -189,10 +198,13 @@ class RequestStats:
         s = self.apis.get(api_key)
         if s is None:
             s = self.apis[api_key] = _ApiStats()
-        s.versions[api_version] = s.versions.get(api_version, 0) + 1
-        s.buckets[bisect.bisect_left(TOTAL_TIME_MS_BUCKETS, elapsed_ms)] += 1
-        s.count += 1
+        s.buckets[_bisect(TOTAL_TIME_MS_BUCKETS, elapsed_ms)] += 1
         s.sum_ms += elapsed_ms
+        v = s.versions
+        if api_version in v:
+            v[api_version] += 1
+        else:
+            v[api_version] = 1
 
 
 # --------------------------------------------------------------------------- collectors
