@@ -44,7 +44,9 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 60.0) ->
 class Cluster:
     """``n`` brokers with ids 1..n on ``zk_connect``."""
 
-    def __init__(self, root: Path, zk_connect: str, n: int = 3, *overrides: str) -> None:
+    def __init__(
+        self, root: Path, zk_connect: str, n: int = 3, *overrides: str, metrics: bool = False
+    ) -> None:
         self.zk_connect = zk_connect
         self.brokers: dict[int, BrokerProcess] = {}
         for i in range(1, n + 1):
@@ -61,6 +63,7 @@ class Cluster:
                 "offsets.topic.num.partitions=6",
                 "leader.imbalance.check.interval.seconds=5",
                 *overrides,
+                metrics=metrics,
             )
 
     def start(self) -> None:

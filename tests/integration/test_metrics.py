@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,17 +13,15 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.clients import cf_consume, cf_create_topic, cf_produce, kp_admin
 from tests.integration.conftest import running_broker
+from tests.integration.metrics_support import scrape, value
 from tests.integration.wire import WireClient, create_topics, one_record, produce, request_class
 from tierlog.tiered.metrics import RemoteStorageMetrics
 from tierlog.tiered.remote_log_segment_metadata import TopicIdPartition
 
 pytestmark = pytest.mark.integration
-
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 @pytest.fixture(scope="module")
@@ -32,24 +29,6 @@ def mbroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A broker with ``metrics.port`` and tiered storage off."""
     with running_broker(tmp_path_factory.mktemp("metrics-broker"), metrics=True) as b:
         yield b
-
-
-def scrape(b: Any) -> Samples:
-    """Every sample of the endpoint, parsed by prometheus_client: (name, labels) -> value."""
-    url = f"http://127.0.0.1:{b.metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=10) as r:
-        assert r.status == 200
-        text = r.read().decode()
-    out: Samples = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
-
-
-def value(samples: Samples, name: str, **labels: str) -> float:
-    """One sample; 0 when the series does not exist yet (a counter not yet touched)."""
-    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
 BTM = "kafka_server_BrokerTopicMetrics_"

@@ -43,12 +43,14 @@ kafka_consumergroup_current_offset                     gauge      group, topic, 
 
 What is counted, as Kafka counts it: a produce or fetch request counts once per partition
 it names (Kafka marks its meters per partition in ``appendToLocalLog``/``readFromLocalLog``);
-a partition answered with an error counts in ``Failed...`` too. ``BytesInPerSec`` and
-``MessagesInPerSec`` count batches appended for clients (the coordinators' own appends to
-``__consumer_offsets`` are not counted); ``BytesOutPerSec`` counts record bytes sent to
-consumers (not to follower replicas, as Kafka's). ``RequestsPerSec`` and ``TotalTimeMs``
-are measured where requests are dispatched (:mod:`tierlog.server.network`): from the
-request leaving the codec to its response being queued for the socket. Consumer lag is Burrow's
+a partition answered with an error counts in ``Failed...`` too, and a topic the broker does
+not have is not counted at all (a client cannot grow the series with made-up names).
+``BytesInPerSec`` and ``MessagesInPerSec`` count what was appended to leader logs, the group
+coordinator's own writes to ``__consumer_offsets`` included, as Kafka's do (a producer's retry
+of a batch already written is not appended again, and not counted); ``BytesOutPerSec`` counts
+record bytes sent to consumers (not to follower replicas, as Kafka's). ``RequestsPerSec``
+and ``TotalTimeMs`` are measured where requests are dispatched (:mod:`tierlog.server.network`):
+from the request leaving the codec to its response being queued for the socket. Consumer lag is Burrow's
 and kafka-lag-exporter's ``kafka_consumergroup_lag``: the high watermark minus the committed
 offset, for the groups this broker coordinates.
 

@@ -361,19 +361,6 @@ class ReplicaManager:
         internal: bool = False,
         required_acks: int = 1,
     ) -> ProducePartitionResult:
-        result = self._append_records(topic, index, records, internal, required_acks)
-        if self.topic_stats is not None and not internal:
-            self._count_produce(self.topic_stats, topic, records, result)
-        return result
-
-    def _append_records(
-        self,
-        topic: str,
-        index: int,
-        records: bytes | None,
-        internal: bool,
-        required_acks: int,
-    ) -> ProducePartitionResult:
         """Append one produced batch to the leader log and advance the high watermark.
 
         Validation that needs no log state happens here (exactly one magic-2 batch, no
@@ -410,33 +397,6 @@ class ReplicaManager:
         internal: bool = False,
         required_acks: int = 1,
     ) -> ProducePartitionResult:
-        result = await self._append_records_in_thread(
-            topic, index, records, internal, required_acks
-        )
-        if self.topic_stats is not None and not internal:
-            self._count_produce(self.topic_stats, topic, records, result)
-        return result
-
-    @staticmethod
-    def _count_produce(
-        stats: BrokerTopicStats, topic: str, records: bytes | None, result: ProducePartitionResult
-    ) -> None:
-        """Kafka's BrokerTopicMetrics of one produced partition (unknown topics are not
-        counted, as in Kafka, so a client cannot grow the series with made-up names)."""
-        code = result.error_code
-        if code == UnknownTopicOrPartition.error_code:
-            return
-        n = result.last_offset - result.base_offset + 1 if not code else 0
-        stats.produced(topic, len(records) if records else 0, n, bool(code))
-
-    async def _append_records_in_thread(
-        self,
-        topic: str,
-        index: int,
-        records: bytes | None,
-        internal: bool,
-        required_acks: int,
-    ) -> ProducePartitionResult:
         """:meth:`append_records` with the append (and its fsync) in a worker thread.
 
         Appends to one partition stay in request order: they queue on the partition's
@@ -448,7 +408,9 @@ class ReplicaManager:
         assert records is not None  # _check_append refused empty input
         async with checked.append_lock():
             if not checked.is_leader:
-                return ProducePartitionResult(NotLeaderOrFollower.error_code)
+                return self._refused(
+                    checked, ProducePartitionResult(NotLeaderOrFollower.error_code)
+                )
             try:
                 info = await asyncio.to_thread(
                     checked.log.append, records, leader_epoch=checked.leader_epoch
@@ -501,19 +463,25 @@ class ReplicaManager:
         if p is None:
             return ProducePartitionResult(self.not_here_error(topic, index))
         if not p.is_leader:
-            return ProducePartitionResult(NotLeaderOrFollower.error_code)
+            return self._refused(p, ProducePartitionResult(NotLeaderOrFollower.error_code))
         if not records:
-            return ProducePartitionResult(
-                InvalidRecord.error_code, error_message="produce request without records"
+            return self._refused(
+                p,
+                ProducePartitionResult(
+                    InvalidRecord.error_code, error_message="produce request without records"
+                ),
             )
         if required_acks == -1:
             min_isr = p.log.config.min_in_sync_replicas
             if len(p.isr) < min_isr:
-                return ProducePartitionResult(
-                    NotEnoughReplicas.error_code,
-                    log_start_offset=_safe_log_start(p),
-                    error_message=f"the ISR {sorted(p.isr)} of {topic}-{index} is smaller "
-                    f"than min.insync.replicas {min_isr}",
+                return self._refused(
+                    p,
+                    ProducePartitionResult(
+                        NotEnoughReplicas.error_code,
+                        log_start_offset=_safe_log_start(p),
+                        error_message=f"the ISR {sorted(p.isr)} of {topic}-{index} is smaller "
+                        f"than min.insync.replicas {min_isr}",
+                    ),
                 )
         try:
             header = read_header(records)
@@ -532,7 +500,15 @@ class ReplicaManager:
             return self._append_failed(p, e)
         return p
 
+    def _refused(self, p: Partition, result: ProducePartitionResult) -> ProducePartitionResult:
+        """A produce to a hosted partition refused before the append: counted as failed."""
+        if self.topic_stats is not None:
+            self.topic_stats.produced(p.topic, 0, 0, True)
+        return result
+
     def _append_failed(self, p: Partition, e: Exception) -> ProducePartitionResult:
+        if self.topic_stats is not None:
+            self.topic_stats.produced(p.topic, 0, 0, True)
         if isinstance(e, ApiError):
             return ProducePartitionResult(
                 e.error_code,
@@ -544,6 +520,12 @@ class ReplicaManager:
         return ProducePartitionResult(KafkaStorageError.error_code, error_message=str(e))
 
     def _appended(self, p: Partition, info: Any) -> ProducePartitionResult:
+        stats = self.topic_stats
+        if stats is not None:  # a duplicate batch (a producer's retry) was not appended again
+            dup = info.duplicate
+            stats.produced(
+                p.topic, 0 if dup else info.valid_bytes, 0 if dup else info.records_count, False
+            )
         p.maybe_increment_high_watermark()
         p.wake_waiters()  # followers long-poll on the log end offset
         return ProducePartitionResult(
@@ -750,6 +732,8 @@ class ReplicaManager:
         isolation_level: int,
         replica_id: int = -1,
     ) -> list[FetchPartitionResult]:
+        """:meth:`_fetch`, counted in BrokerTopicMetrics (once per partition, as Kafka; unknown
+        topics are not counted, so a client cannot grow the series with made-up names)."""
         results = await self._fetch(
             requests,
             max_wait_ms=max_wait_ms,
