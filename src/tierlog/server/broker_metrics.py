@@ -50,9 +50,9 @@ coordinator's own writes to ``__consumer_offsets`` included, as Kafka's do (a pr
 of a batch already written is not appended again, and not counted); ``BytesOutPerSec`` counts
 record bytes sent to consumers (not to follower replicas, as Kafka's). ``RequestsPerSec``
 and ``TotalTimeMs`` are measured where requests are dispatched (:mod:`tierlog.server.network`):
-from the request leaving the codec to its response being queued for the socket. Consumer lag is Burrow's
-and kafka-lag-exporter's ``kafka_consumergroup_lag``: the high watermark minus the committed
-offset, for the groups this broker coordinates.
+from the request leaving the codec to its response being queued for the socket. Consumer lag
+is Burrow's and kafka-lag-exporter's ``kafka_consumergroup_lag``: the high watermark minus the
+committed offset, for the groups this broker coordinates.
 
 Cost on the request path: plain ``int`` increments in :class:`BrokerTopicStats` and
 :class:`RequestStats` (no lock, no prometheus_client call); collectors read them, and the
