@@ -62,7 +62,8 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from tierlog.log.log import Log
-    from tierlog.log.log_manager import LogManager, TopicInfo
+    from tierlog.log.log_manager import LogManager
+    from tierlog.log.topic_registry import TopicInfo
     from tierlog.server.kafka_config import KafkaConfig
     from tierlog.tiered.remote_log_manager import RemoteLogManager
     from tierlog.tiered.storage.pyarrow_remote_storage_manager import (

@@ -30,7 +30,7 @@ from tierlog.errors import (
     UnknownTopicOrPartition,
 )
 from tierlog.log.log_config import TOPIC_CONFIGS, LogConfig, format_value
-from tierlog.log.log_manager import NewTopic
+from tierlog.log.topic_registry import NewTopic
 from tierlog.server.handlers._build import build
 from tierlog.server.kafka_apis import response_class
 from tierlog.server.replica_manager import INTERNAL_TOPICS
