@@ -95,7 +95,7 @@ class Broker:
         credentials = CredentialStore.in_log_dir(c.log_dirs[0])
         channels = build_channel_builders(c, credentials)
         _budget_open_files(c.log_max_open_files)
-        if c.metrics_port is not None:
+        if c.metrics_port:  # unset or 0: no endpoint (as before the broker served it)
             # Before any part registers its collectors; a taken port fails startup here.
             self.metrics = self._start_metrics(c)
         cluster_id = None
@@ -238,8 +238,7 @@ class Broker:
             self._offline_partitions,
         )
         host = c.listeners[0].host if c.listeners and c.listeners[0].host else "127.0.0.1"
-        assert c.metrics_port is not None
-        port = metrics.start(c.metrics_port, host)
+        port = metrics.start(c.metrics_port or 0, host)
         log.info("metrics on http://%s:%d/metrics", host, port)
         return metrics
 
