@@ -9,6 +9,10 @@ each side is compared. While the metrics broker is measured, a scraper thread re
 Figures (``name: value unit (ratio vs baseline)``, the baseline being the broker without
 metrics):
 
+* in-process: one produce request's work in the replica manager (a 100-record batch appended to
+  a real log) with and without what metrics add per request; thread CPU time, minimum of
+  alternating rounds: the figure least disturbed by the other processes on the machine;
+
 * wire produce, 1 MB batches (9,000 records of 100 bytes): what the broker sustains;
 * wire produce, small batches (100 records): ~100x more requests per byte, so the per-request
   counting (RequestMetrics, BrokerTopicMetrics) weighs the most;
@@ -18,7 +22,9 @@ Each also as the broker's CPU time per record (from /proc), whose ratio is the t
 CPU-bound broker keeps; it is far less sensitive than wall time to other processes on the
 cores (this machine's load average is often above its 2 cores).
 
-The goal (issue 15) is a ratio of at least 0.97. Knobs: ``--records N`` (default 2,000,000;
+The goal (issue 15) is a ratio of at least 0.97. ``--aa`` runs the same with metrics off on
+both sides (an A/A run: how far from 1.0 the machine's noise alone puts the ratios);
+``--no-scrape`` leaves the endpoint unscraped. Knobs: ``--records N`` (default 2,000,000;
 ``BENCH_QUICK=1`` -> 100,000), ``--rounds R`` (default 5), ``--partitions P`` (default 1).
 Run: ``.venv/bin/python bench/bench_metrics.py``.
 """
@@ -171,6 +177,47 @@ def produce_wire(bootstrap: str, topic: str, partitions: int, n: int, batch_reco
     return dt
 
 
+def in_process(rounds: int = 41, appends: int = 2_000) -> tuple[float, float]:
+    """What metrics add to one produce request, without the network and other processes' noise:
+    ``ReplicaManager.append_records`` of a 100-record batch as the broker does it, alone (off)
+    and with what metrics add per request (on: BrokerTopicStats counting in the replica manager,
+    the dispatch's two clock reads and RequestStats.record). Thread CPU time, the minimum of
+    alternating rounds (the least disturbed). Returns (off, on) in microseconds per request."""
+    from tierlog.log.log_config import LogConfig
+    from tierlog.log.log_manager import LogManager
+    from tierlog.server.broker_metrics import BrokerTopicStats, RequestStats
+    from tierlog.server.replica_manager import ReplicaManager
+
+    batch = build_batch([(int(time.time() * 1000), None, b"x" * RECORD_SIZE)] * 100)
+    with tempfile.TemporaryDirectory(prefix="bench-metrics-rm-") as tmp:
+        lm = LogManager([Path(tmp)], LogConfig())
+        lm.startup()
+        try:
+            lm.create_topic("t", 1, {})
+            rm = ReplicaManager(lm)
+            stats = RequestStats()
+            clock = time.perf_counter
+            best = {"off": float("inf"), "on": float("inf")}
+            for r in range(rounds):
+                for side in ("off", "on") if r % 2 == 0 else ("on", "off"):
+                    append = rm.append_records
+                    t0 = time.thread_time()
+                    if side == "on":
+                        rm.topic_stats = BrokerTopicStats()
+                        for _ in range(appends):
+                            c0 = clock()
+                            append("t", 0, batch)
+                            stats.record(0, 9, (clock() - c0) * 1000.0)
+                    else:
+                        rm.topic_stats = None
+                        for _ in range(appends):
+                            append("t", 0, batch)
+                    best[side] = min(best[side], (time.thread_time() - t0) / appends * 1e6)
+        finally:
+            lm.shutdown()
+    return best["off"], best["on"]
+
+
 def line(name: str, value: float, unit: str, ratio: float | None, base: str) -> None:
     fmt = f"{value:,.0f}" if value >= 100 else f"{value:.2f}"
     extra = f" ({ratio:.3f}x vs {base})" if ratio is not None else ""
@@ -183,17 +230,34 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--records", type=int, default=100_000 if quick else 2_000_000)
     ap.add_argument("--rounds", type=int, default=2 if quick else 5)
     ap.add_argument("--partitions", type=int, default=1)
+    ap.add_argument("--no-scrape", action="store_true", help="measure without a scraper")
+    ap.add_argument(
+        "--aa",
+        action="store_true",
+        help="A/A calibration: the 'on' broker has no metrics either (the ratio shows the noise)",
+    )
     args = ap.parse_args(argv)
     n, parts = args.records, args.partitions
+    off_us, on_us = in_process()
+    added_us = max(on_us - off_us, 0.0)
+    line("in-process append of a 100-record batch, metrics off", off_us, "us", None, "")
+    line("in-process append of a 100-record batch, metrics on", on_us, "us", off_us / on_us,
+         "metrics off")  # fmt: skip
+    line("added by metrics per produce request", added_us, "us", None, "")
     with tempfile.TemporaryDirectory(prefix="bench-metrics-") as tmp:
         metrics_port = free_port()
         with (
             broker(Path(tmp) / "off", None) as off,
-            broker(Path(tmp) / "on", metrics_port) as on,
+            broker(Path(tmp) / "on", None if args.aa else metrics_port) as on,
         ):
             scraper = Scraper(metrics_port)
-            scraper.scrape()  # the endpoint answers before anything is measured
+            if not args.aa:
+                scraper.scrape()  # the endpoint answers before anything is measured
+            scraping = not (args.aa or args.no_scrape)
             small = n // 2
+            # Produce requests per wire run, one partition each (librdkafka's own batching is
+            # not known here).
+            requests = [-(-n // 9_000), -(-small // 100), 0]
             kinds: list[tuple[str, Callable[[str, str], float], int]] = [
                 ("wire produce 1MB batches", lambda b, t: produce_wire(b, t, parts, n, 9_000), n),
                 ("wire produce 100-record batches",
@@ -209,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
                         topic = f"bench-{i}-{r}-{side}"
                         create_topic(b.bootstrap, topic, parts)
                         cpu0 = cpu_seconds(b.proc.pid)
-                        if side == "on":
+                        if side == "on" and scraping:
                             with scraper:
                                 times[side].append(run(b.bootstrap, topic))
                         else:
@@ -227,6 +291,20 @@ def main(argv: list[str] | None = None) -> int:
                 line(f"{name}, broker CPU metrics off", us_off, "us/record", None, "")
                 line(f"{name}, broker CPU metrics on", us_on, "us/record", us_off / us_on,
                      "metrics off (CPU-bound throughput)")  # fmt: skip
+                # The broker's whole CPU cost of a request (codec, dispatch, handler, append)
+                # against what metrics add to it: the ratio a CPU-bound broker keeps, with the
+                # noise of the end-to-end runs left out.
+                if requests[i]:
+                    per_request = us_off * count / requests[i]
+                    line(
+                        f"{name}, broker CPU per request",
+                        per_request,
+                        "us",
+                        per_request / (per_request + added_us),
+                        "itself plus the added cost",
+                    )
+            if args.aa:
+                return 0
             text = scraper.scrape()
             print(
                 f"scrapes: {scraper.scrapes} of {len(text):,} bytes "
