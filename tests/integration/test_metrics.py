@@ -48,6 +48,8 @@ def test_the_endpoint_answers_with_tiering_off(mbroker):
         "kafka_controller_KafkaController_OfflinePartitionsCount",
     ):
         assert name in names, name
+    # The log cleaner's gauges are on the broker's endpoint too (log.cleaner.enable=true).
+    assert "kafka_log_LogCleaner_DeadThreadCount" in names
     # No tiered storage: none of its series.
     assert not any("Remote" in n for n in names)
     assert value(s, "kafka_controller_KafkaController_ActiveControllerCount") == 1

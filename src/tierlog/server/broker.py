@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from tierlog.coordinator.group.group_coordinator import GroupCoordinator
 from tierlog.errors import ConfigError, TierlogError
+from tierlog.log.cleaner_metrics import register_cleaner_metrics
 from tierlog.log.file_handle_cache import file_handle_cache
 from tierlog.log.log_manager import LogManager
 from tierlog.log.meta_properties import new_cluster_id, stored_cluster_id
@@ -236,6 +237,10 @@ class Broker:
             lambda: self.group_coordinator,
             self._controller_active,
             self._offline_partitions,
+        )
+        # The log cleaner's gauges (none while it does not run), tiered storage on or off.
+        register_cleaner_metrics(
+            metrics.registry, lambda: self.log_manager.cleaner if self.log_manager else None
         )
         host = c.listeners[0].host if c.listeners and c.listeners[0].host else "127.0.0.1"
         port = metrics.start(c.metrics_port or 0, host)

@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from tierlog.log.log import Log
+    from tierlog.log.log_cleaner_manager import LogCleanerManager
     from tierlog.log.log_manager import LogManager
     from tierlog.log.topic_registry import TopicInfo
     from tierlog.server.kafka_config import KafkaConfig
@@ -266,6 +267,7 @@ class TieredStorage:
             index_cache,
             self.log_lookup,
             c.node_id,
+            cleaner_coordination=self._cleaner_manager,
             metrics=RemoteStorageMetrics(self.metrics_registry),
         )
         tps = self.tiered_partitions()
@@ -313,6 +315,11 @@ class TieredStorage:
                 lg.maybe_increment_log_start_offset(target)
 
     # ------------------------------------------------------------------ partitions
+
+    def _cleaner_manager(self) -> LogCleanerManager | None:
+        """The log cleaner's manager (compacted topics tier only once cleaned), if it runs."""
+        cleaner = self.log_manager.cleaner
+        return None if cleaner is None else cleaner.cleaner_manager
 
     def log_lookup(self, tp: TopicIdPartition) -> Log | None:
         """The partition's Log on this broker, if its topic id matches (thread-safe)."""
