@@ -241,7 +241,7 @@ def test_assign_entries_writes_once() -> None:
     writes: list[list[EpochEntry]] = []
 
     class Recording(InMemoryLeaderEpochCheckpoint):
-        def write(self, entries: Sequence[EpochEntry]) -> None:
+        def write(self, entries: Sequence[EpochEntry], *, durable: bool = True) -> None:
             writes.append(list(entries))
 
     cache = LeaderEpochFileCache(Recording())

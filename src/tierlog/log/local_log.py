@@ -198,7 +198,13 @@ class LocalLog:
             if target <= self._recovery_point or self._closed:
                 return
             for segment in self._segments.values_between(self._recovery_point, target):
-                segment.flush()
+                try:
+                    segment.flush()
+                except FileNotFoundError:
+                    if self._segments.get(segment.base_offset) is segment:
+                        raise
+                    # Replaced meanwhile (the cleaner's swap, retention): its files are
+                    # gone, and whoever wrote the replacement flushed it.
             self._recovery_point = target
             self.last_flush_time_ms = self._time_ms()
 

@@ -240,8 +240,13 @@ class LogManager:
         self._thread = threading.Thread(target=self._run, name="tierlog-log-manager", daemon=True)
         self._thread.start()
         if self._cleaner_config is not None and self._cleaner_config.enable_cleaner:
+            # A copy: logs opened on first use are added to _logs in place, from other threads
+            # (the cleaner iterating it raised "dictionary changed size during iteration").
             self.cleaner = LogCleaner(
-                self._cleaner_config, self._log_dirs, lambda: self._logs, time_ms=self._time_ms
+                self._cleaner_config,
+                self._log_dirs,
+                lambda: dict(self._logs),
+                time_ms=self._time_ms,
             )
             self.cleaner.startup()
 
