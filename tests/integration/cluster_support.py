@@ -193,8 +193,10 @@ class ClusterBroker(BrokerProcess):
     (``inter.broker.listener.name``), advertised at the proxy's port, so every connection
     another broker makes to it goes through the proxy."""
 
-    def __init__(self, workdir: Path, *overrides: str, link: LinkProxy | None = None) -> None:
-        super().__init__(workdir, *overrides)
+    def __init__(
+        self, workdir: Path, *overrides: str, link: LinkProxy | None = None, metrics: bool = False
+    ) -> None:
+        super().__init__(workdir, *overrides, metrics=metrics)
         self.link = link
         self.replication_port: int | None = None
 
@@ -234,10 +236,17 @@ def fetcher_id(broker_id: int) -> str:
 
 class Cluster:
     """``n`` brokers with ids 1..n on ``zk_connect``; with ``links``, each broker's
-    inter-broker listener is behind a :class:`LinkProxy` (``cluster.links[id]``)."""
+    inter-broker listener is behind a :class:`LinkProxy` (``cluster.links[id]``); with
+    ``metrics``, each has a ``metrics.port``."""
 
     def __init__(
-        self, root: Path, zk_connect: str, n: int = 3, *overrides: str, links: bool = False
+        self,
+        root: Path,
+        zk_connect: str,
+        n: int = 3,
+        *overrides: str,
+        links: bool = False,
+        metrics: bool = False,
     ) -> None:
         self.zk_connect = zk_connect
         self.brokers: dict[int, ClusterBroker] = {}
@@ -262,6 +271,7 @@ class Cluster:
                 "leader.imbalance.check.interval.seconds=5",
                 *overrides,
                 link=link,
+                metrics=metrics,
             )
 
     def start(self) -> None:

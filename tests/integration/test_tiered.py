@@ -95,6 +95,18 @@ def test_offload_and_consume_from_a_topic_90_percent_remote(tiered_broker, uniqu
     )
     assert counter("RemoteFetchBytesPerSec") > 0
 
+    # issue 15: clean reads count no remote fetch error -- not even the read ahead past the
+    # last remote segment. Read once every remote read (read aheads included) has finished.
+    def reads_pending() -> float:
+        url = f"http://127.0.0.1:{b.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            text = r.read().decode()
+        name = "\nkafka_log_remote_RemoteLogManager_RemoteLogReaderTaskQueueSize "
+        return float(text.split(name, 1)[1].split()[0])
+
+    wait_until(lambda: reads_pending() == 0, what="no remote read pending")
+    assert counter("RemoteFetchErrorsPerSec") == 0
+
 
 def test_roll_and_offload_the_active_segment_on_local_retention_breach(tiered_broker, unique):
     b = tiered_broker

@@ -76,10 +76,12 @@ ISSUE_12 = {
     "SaslHandshake", "SaslAuthenticate", "DescribeUserScramCredentials",
     "AlterUserScramCredentials",
 }  # fmt: skip
+# issue 15: the admin APIs operators use
+ISSUE_15 = {"DescribeLogDirs"}
 
 
-def test_exactly_the_apis_of_issues_3_9_and_12() -> None:
-    assert {api_name(k) for k in ADVERTISED} == ISSUE_3 | ISSUE_9 | ISSUE_12
+def test_exactly_the_apis_of_issues_3_9_12_and_15() -> None:
+    assert {api_name(k) for k in ADVERTISED} == ISSUE_3 | ISSUE_9 | ISSUE_12 | ISSUE_15
     assert set(ADVERTISED) == set(ApiKey)
 
 

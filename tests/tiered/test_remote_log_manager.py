@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tierlog.errors import OffsetOutOfRange
+from tierlog.errors import OffsetOutOfRange, RemoteStorageError
 from tierlog.records.default_records import build_batch, read_records
 from tierlog.records.record_batch import iter_headers
 from tierlog.tiered import RemoteLogSegmentState, TopicIdPartition
@@ -465,6 +465,37 @@ def test_metrics_have_kafka_names_and_are_served(world: World) -> None:
     assert f"kafka_server_BrokerTopicMetrics_RemoteCopyRequestsPerSec_total{labels} 3.0" in text
     assert f"kafka_server_BrokerTopicMetrics_RemoteDeleteRequestsPerSec_total{labels} 3.0" in text
     assert "kafka_log_remote_RemoteLogManager_RemoteLogReaderFetchRateAndTimeMs" in text
+
+
+def test_a_clean_read_and_the_read_ahead_past_remote_storage_count_no_fetch_error(
+    world: World,
+) -> None:
+    """issue 15: RemoteFetchErrorsPerSec read 1 after a clean read. The broker reads ahead
+    from the offset after the records it served (remote_read_ahead); after the last remote
+    segment that offset is not in remote storage, and the OffsetOutOfRange of that read was
+    counted as a failed remote fetch. Kafka's RemoteLogReader does not count it."""
+    world.fill_segments(4)
+    world.rlm.run_copy(world.tp)
+    last = max(world.rlmm.list_remote_log_segments(world.tp), key=lambda m: m.end_offset)
+    labels = {"topic": "orders", "partition": "0"}
+
+    def sample(name: str) -> float | None:
+        return world.rlm.metrics.registry.get_sample_value(
+            f"kafka_server_BrokerTopicMetrics_{name}_total", labels
+        )
+
+    info = world.rlm.read(RemoteStorageFetchInfo(world.tp, last.start_offset, 1 << 20, True))
+    nxt = list(iter_headers(info.records))[-1].last_offset + 1  # what the read ahead asks
+    assert nxt == last.end_offset + 1
+    with pytest.raises(OffsetOutOfRange):
+        world.rlm.read(RemoteStorageFetchInfo(world.tp, nxt, 1 << 20, True))
+    assert sample("RemoteFetchRequestsPerSec") == 2
+    assert sample("RemoteFetchErrorsPerSec") == 0
+    # A real failure still counts: the segment's objects gone from remote storage.
+    world.rsm.delete_log_segment_data(last)
+    with pytest.raises(RemoteStorageError):
+        world.rlm.read(RemoteStorageFetchInfo(world.tp, last.start_offset, 1 << 20, True))
+    assert sample("RemoteFetchErrorsPerSec") == 1
 
 
 # ---------------------------------------------------------------------------------- lineage

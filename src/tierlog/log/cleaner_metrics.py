@@ -17,7 +17,7 @@ Kafka's gauges of ``kafka.log:type=LogCleaner`` and ``kafka.log:type=LogCleanerM
 
 Values are read at each scrape from the running :class:`~tierlog.log.log_cleaner.LogCleaner`
 (none while the cleaner is not running). :func:`register_cleaner_metrics` adds the collector
-to a registry -- today the one the tiered storage metrics endpoint serves (``metrics.port``).
+to a registry -- the broker's, served on ``metrics.port`` (``tierlog.server.broker_metrics``).
 Thread-safe (reads only).
 """
 

@@ -81,6 +81,7 @@ class ApiKey(enum.IntEnum):
     OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    DESCRIBE_LOG_DIRS = 35
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
@@ -121,6 +122,7 @@ ADVERTISED: Final[Mapping[int, tuple[int, int]]] = MappingProxyType(
         ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),  # 4/2/-/-; kio 2-4 (Kafka 3.7: 0-4)
         ApiKey.DESCRIBE_CONFIGS: (1, 4),  # 4/1/2/2; kio 1-4
         ApiKey.ALTER_CONFIGS: (0, 2),  # 2/2/1/1
+        ApiKey.DESCRIBE_LOG_DIRS: (1, 4),  # kio 1-5 (v5 is KIP-1005's, not needed)
         ApiKey.SASL_AUTHENTICATE: (0, 2),  # 1/2/1/1 (v1: KIP-368 session lifetime)
         ApiKey.CREATE_PARTITIONS: (0, 3),  # kio 0-3
         ApiKey.DELETE_GROUPS: (0, 2),  # kio 0-2

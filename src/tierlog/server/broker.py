@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from tierlog.coordinator.group.group_coordinator import GroupCoordinator
 from tierlog.errors import ConfigError, TierlogError
+from tierlog.log.cleaner_metrics import register_cleaner_metrics
 from tierlog.log.file_handle_cache import file_handle_cache
 from tierlog.log.log_manager import LogManager
 from tierlog.log.meta_properties import new_cluster_id, stored_cluster_id
@@ -36,6 +37,7 @@ from tierlog.protocol.api_versions import preload_schemas
 from tierlog.security.channel_builder import build_channel_builders
 from tierlog.security.credential_store import CredentialStore
 from tierlog.security.principal import ANONYMOUS, KafkaPrincipal
+from tierlog.server.broker_metrics import BrokerMetrics
 from tierlog.server.kafka_apis import BrokerEndpoint, KafkaApis
 from tierlog.server.kafka_config import KafkaConfig
 from tierlog.server.network import SocketServer
@@ -68,6 +70,8 @@ class Broker:
         self.apis: KafkaApis | None = None
         self.server: SocketServer | None = None
         self.tiered: TieredStorage | None = None
+        #: The ``/metrics`` endpoint (None without ``metrics.port``).
+        self.metrics: BrokerMetrics | None = None
         self._tiered_task: asyncio.Task[None] | None = None
         #: The cluster (None without zookeeper.connect: a single node).
         self.zk: KafkaZkClient | None = None
@@ -92,6 +96,9 @@ class Broker:
         credentials = CredentialStore.in_log_dir(c.log_dirs[0])
         channels = build_channel_builders(c, credentials)
         _budget_open_files(c.log_max_open_files)
+        if c.metrics_port:  # unset or 0: no endpoint (as before the broker served it)
+            # Before any part registers its collectors; a taken port fails startup here.
+            self.metrics = self._start_metrics(c)
         cluster_id = None
         if c.zookeeper_connect is not None:
             cluster_id = await self._connect_zookeeper()
@@ -122,7 +129,12 @@ class Broker:
             )
         tiered: TieredStorage | None = None
         if c.remote_log_storage_system_enable:
-            tiered = TieredStorage(c, lm, asyncio.get_running_loop())
+            tiered = TieredStorage(
+                c,
+                lm,
+                asyncio.get_running_loop(),
+                metrics_registry=self.metrics.registry if self.metrics is not None else None,
+            )
             self.tiered = tiered
             await asyncio.to_thread(tiered.start)
         rm = ReplicaManager(
@@ -133,6 +145,8 @@ class Broker:
             cluster=zk_broker,
         )
         self.replica_manager = rm
+        if self.metrics is not None:
+            rm.topic_stats = self.metrics.topic_stats
         if zk_broker is not None:
             await asyncio.to_thread(rm.load_high_watermarks)
         if tiered is not None:
@@ -160,6 +174,8 @@ class Broker:
             else None,
         )
         self.server = server
+        if self.metrics is not None:
+            server.request_stats = self.metrics.request_stats
         for e in c.listeners:
             self.bound.append(await server.listen(e.host, e.port, channels[e.listener_name]))
         adv = c.advertised_listeners[0]
@@ -205,6 +221,50 @@ class Broker:
             host,
             port,
             ",".join(str(d) for d in c.log_dirs),
+        )
+
+    def _start_metrics(self, c: KafkaConfig) -> BrokerMetrics:
+        """Serve ``/metrics`` on ``metrics.port`` (the first listener's host, else loopback)
+        with the broker's own gauges read at scrape time.
+
+        Raises:
+            OSError: the port cannot be bound.
+        """
+        metrics = BrokerMetrics()
+        metrics.watch_broker(
+            lambda: self.log_manager,
+            lambda: self.replica_manager,
+            lambda: self.group_coordinator,
+            self._controller_active,
+            self._offline_partitions,
+        )
+        # The log cleaner's gauges (none while it does not run), tiered storage on or off.
+        register_cleaner_metrics(
+            metrics.registry, lambda: self.log_manager.cleaner if self.log_manager else None
+        )
+        host = c.listeners[0].host if c.listeners and c.listeners[0].host else "127.0.0.1"
+        port = metrics.start(c.metrics_port or 0, host)
+        log.info("metrics on http://%s:%d/metrics", host, port)
+        return metrics
+
+    def _controller_active(self) -> bool:
+        """A single node is its own controller; in a cluster, the winner of ``/controller``."""
+        if self.zk is None:
+            return True
+        return self.controller is not None and self.controller.active
+
+    def _offline_partitions(self) -> int:
+        """Partitions without a live leader, as the active controller reports them (0 on
+        other brokers, as in Kafka)."""
+        if self.zk_broker is None or not self._controller_active():
+            return 0
+        md = self.zk_broker.metadata
+        alive = set(md.alive_broker_ids())
+        return sum(
+            1
+            for t in md.topics()
+            for p in t.partitions.values()
+            if p.leader < 0 or p.leader not in alive
         )
 
     # ----------------------------------------------------------------- the cluster
@@ -405,6 +465,8 @@ class Broker:
             await self.zk_broker.close()
         if self.log_manager is not None:
             await asyncio.to_thread(self.log_manager.shutdown)
+        if self.metrics is not None:
+            self.metrics.close()
         if self.zk is not None:
             # Last: closing the session removes the registration, which tells the controller.
             await asyncio.to_thread(self.zk.close)

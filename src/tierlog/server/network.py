@@ -36,6 +36,7 @@ import asyncio
 import inspect
 import logging
 import socket
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +55,7 @@ from tierlog.server.kafka_apis import CloseConnection
 
 if TYPE_CHECKING:
     from tierlog.security.channel_builder import ChannelBuilder
+    from tierlog.server.broker_metrics import RequestStats
 
 log = logging.getLogger(__name__)
 
@@ -226,6 +228,7 @@ class KafkaConnection(asyncio.Protocol):
             return
         if self._authenticator is not None and self._authenticate(ev):
             return
+        t0 = time.perf_counter()
         try:
             result = self._server.handle(ev, self.peer_host, self.principal, self._listener)
         except CloseConnection as e:
@@ -235,15 +238,18 @@ class KafkaConnection(asyncio.Protocol):
             return
         except Exception as e:
             self._handler_failed(ev, e)
+            self._server.request_done(ev, t0)
             return
         if inspect.isawaitable(result):
             if ev.expects_response:
                 self._in_flight_bytes += ev.size
             task = asyncio.ensure_future(result)
             self._tasks.add(task)
-            task.add_done_callback(lambda t: self._task_done(t, ev))
-        elif ev.expects_response:
+            task.add_done_callback(lambda t: self._task_done(t, ev, t0))
+            return
+        if ev.expects_response:
             self._respond(ev, result)
+        self._server.request_done(ev, t0)
 
     def _authenticate(self, ev: RequestEvent) -> bool:
         """Let the SASL state machine see the request; True when it took it."""
@@ -294,10 +300,11 @@ class KafkaConnection(asyncio.Protocol):
         self._flush()
         self._abort_after_flush()
 
-    def _task_done(self, task: asyncio.Task[Any], ev: RequestEvent) -> None:
+    def _task_done(self, task: asyncio.Task[Any], ev: RequestEvent, t0: float) -> None:
         self._tasks.discard(task)
         if task.cancelled() or self._closing:
             return
+        self._server.request_done(ev, t0)
         if ev.expects_response:
             self._in_flight_bytes -= ev.size
         exc = task.exception()
@@ -468,6 +475,15 @@ class SocketServer:
         self.receive_buffer_bytes = receive_buffer_bytes
         self.connections: set[KafkaConnection] = set()
         self._servers: list[asyncio.Server] = []
+        #: RequestMetrics (None: metrics off); every dispatched request is recorded here.
+        self.request_stats: RequestStats | None = None
+
+    def request_done(self, ev: RequestEvent, t0: float) -> None:
+        """A request was answered (or needs no answer): Kafka's RequestsPerSec and
+        TotalTimeMs, measured from dispatch (``t0``, ``time.perf_counter()``)."""
+        stats = self.request_stats
+        if stats is not None:
+            stats.record(ev.api_key, ev.api_version, (time.perf_counter() - t0) * 1000.0)
 
     def apply_socket_options(self, sock: socket.socket) -> None:
         try:

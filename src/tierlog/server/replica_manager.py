@@ -62,6 +62,7 @@ from tierlog.server.delayed_remote_fetch import DelayedRemoteFetch
 if TYPE_CHECKING:
     from tierlog.cluster.cluster_link import ClusterLink, PartitionChange
     from tierlog.log.log_manager import LogManager
+    from tierlog.server.broker_metrics import BrokerTopicStats
     from tierlog.tiered.remote_log_manager import RemoteLogManager
     from tierlog.tiered.remote_log_reader import RemoteStorageFetchInfo
 
@@ -157,6 +158,8 @@ class ReplicaManager:
         self._remote = (
             DelayedRemoteFetch(remote_log_manager) if remote_log_manager is not None else None
         )
+        #: BrokerTopicMetrics' counters (None: metrics off), plain ints (see broker_metrics).
+        self.topic_stats: BrokerTopicStats | None = None
 
     # ----------------------------------------------------------------- partitions
 
@@ -405,7 +408,9 @@ class ReplicaManager:
         assert records is not None  # _check_append refused empty input
         async with checked.append_lock():
             if not checked.is_leader:
-                return ProducePartitionResult(NotLeaderOrFollower.error_code)
+                return self._refused(
+                    checked, ProducePartitionResult(NotLeaderOrFollower.error_code)
+                )
             try:
                 info = await asyncio.to_thread(
                     checked.log.append, records, leader_epoch=checked.leader_epoch
@@ -458,19 +463,25 @@ class ReplicaManager:
         if p is None:
             return ProducePartitionResult(self.not_here_error(topic, index))
         if not p.is_leader:
-            return ProducePartitionResult(NotLeaderOrFollower.error_code)
+            return self._refused(p, ProducePartitionResult(NotLeaderOrFollower.error_code))
         if not records:
-            return ProducePartitionResult(
-                InvalidRecord.error_code, error_message="produce request without records"
+            return self._refused(
+                p,
+                ProducePartitionResult(
+                    InvalidRecord.error_code, error_message="produce request without records"
+                ),
             )
         if required_acks == -1:
             min_isr = p.log.config.min_in_sync_replicas
             if len(p.isr) < min_isr:
-                return ProducePartitionResult(
-                    NotEnoughReplicas.error_code,
-                    log_start_offset=_safe_log_start(p),
-                    error_message=f"the ISR {sorted(p.isr)} of {topic}-{index} is smaller "
-                    f"than min.insync.replicas {min_isr}",
+                return self._refused(
+                    p,
+                    ProducePartitionResult(
+                        NotEnoughReplicas.error_code,
+                        log_start_offset=_safe_log_start(p),
+                        error_message=f"the ISR {sorted(p.isr)} of {topic}-{index} is smaller "
+                        f"than min.insync.replicas {min_isr}",
+                    ),
                 )
         try:
             header = read_header(records)
@@ -489,7 +500,15 @@ class ReplicaManager:
             return self._append_failed(p, e)
         return p
 
+    def _refused(self, p: Partition, result: ProducePartitionResult) -> ProducePartitionResult:
+        """A produce to a hosted partition refused before the append: counted as failed."""
+        if self.topic_stats is not None:
+            self.topic_stats.produced(p.topic, 0, 0, True)
+        return result
+
     def _append_failed(self, p: Partition, e: Exception) -> ProducePartitionResult:
+        if self.topic_stats is not None:
+            self.topic_stats.produced(p.topic, 0, 0, True)
         if isinstance(e, ApiError):
             return ProducePartitionResult(
                 e.error_code,
@@ -501,6 +520,12 @@ class ReplicaManager:
         return ProducePartitionResult(KafkaStorageError.error_code, error_message=str(e))
 
     def _appended(self, p: Partition, info: Any) -> ProducePartitionResult:
+        stats = self.topic_stats
+        if stats is not None:  # a duplicate batch (a producer's retry) was not appended again
+            dup = info.duplicate
+            stats.produced(
+                p.topic, 0 if dup else info.valid_bytes, 0 if dup else info.records_count, False
+            )
         p.maybe_increment_high_watermark()
         p.wake_waiters()  # followers long-poll on the log end offset
         return ProducePartitionResult(
@@ -698,6 +723,34 @@ class ReplicaManager:
         return results, total, error, partitions
 
     async def fetch(
+        self,
+        requests: list[FetchPartitionRequest],
+        *,
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+        isolation_level: int,
+        replica_id: int = -1,
+    ) -> list[FetchPartitionResult]:
+        """:meth:`_fetch`, counted in BrokerTopicMetrics (once per partition, as Kafka; unknown
+        topics are not counted, so a client cannot grow the series with made-up names)."""
+        results = await self._fetch(
+            requests,
+            max_wait_ms=max_wait_ms,
+            min_bytes=min_bytes,
+            max_bytes=max_bytes,
+            isolation_level=isolation_level,
+            replica_id=replica_id,
+        )
+        stats = self.topic_stats
+        if stats is not None:
+            unknown = UnknownTopicOrPartition.error_code
+            for r, res in zip(requests, results, strict=False):
+                if r.topic is not None and res.error_code != unknown:
+                    stats.fetched(r.topic, res.size, bool(res.error_code), replica_id < 0)
+        return results
+
+    async def _fetch(
         self,
         requests: list[FetchPartitionRequest],
         *,

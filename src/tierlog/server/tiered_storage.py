@@ -59,12 +59,13 @@ from tierlog.tiered.remote_log_metadata_manager import TopicBasedRemoteLogMetada
 from tierlog.tiered.remote_log_segment_metadata import TopicIdPartition
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
     from tierlog.log.log import Log
     from tierlog.log.log_cleaner_manager import LogCleanerManager
     from tierlog.log.log_manager import LogManager
     from tierlog.log.topic_registry import TopicInfo
     from tierlog.server.kafka_config import KafkaConfig
-    from tierlog.tiered.metrics import MetricsServer
     from tierlog.tiered.remote_log_manager import RemoteLogManager
     from tierlog.tiered.storage.pyarrow_remote_storage_manager import (
         PyArrowRemoteStorageManager,
@@ -202,8 +203,12 @@ class TieredStorage:
         config: KafkaConfig,
         log_manager: LogManager,
         loop: asyncio.AbstractEventLoop | None = None,
+        metrics_registry: CollectorRegistry | None = None,
     ) -> None:
         self.config = config
+        #: Where the tiered metrics are registered (the broker's ``/metrics`` registry;
+        #: None: a registry of their own, not served).
+        self.metrics_registry = metrics_registry
         self.log_manager = log_manager
         self.loop = loop
         self.log_dir = Path(config.log_dirs[0])
@@ -216,7 +221,6 @@ class TieredStorage:
         #: Called with a metadata partition after an event was appended to it (the broker
         #: wakes fetches parked on it); may be set after :meth:`start`.
         self.on_metadata_append: Any = None
-        self.metrics_server: MetricsServer | None = None
         # Built by start():
         self.publisher: LogMetadataPublisher
         self.rsm: PyArrowRemoteStorageManager
@@ -231,10 +235,9 @@ class TieredStorage:
         Raises:
             ConfigError: a bad ``rsm.config.*``.
             RemoteStorageError: the metadata manager could not load a partition.
-            OSError: a cache directory or the metrics port cannot be used.
+            OSError: a cache directory cannot be used.
         """
-        from tierlog.log.cleaner_metrics import register_cleaner_metrics
-        from tierlog.tiered.metrics import start_metrics_server
+        from tierlog.tiered.metrics import RemoteStorageMetrics
         from tierlog.tiered.remote_index_cache import DIR_NAME, RemoteIndexCache
         from tierlog.tiered.remote_log_manager import RemoteLogManager, RemoteLogManagerConfig
         from tierlog.tiered.storage.pyarrow_remote_storage_manager import (
@@ -265,15 +268,8 @@ class TieredStorage:
             self.log_lookup,
             c.node_id,
             cleaner_coordination=self._cleaner_manager,
+            metrics=RemoteStorageMetrics(self.metrics_registry),
         )
-        # The log cleaner's gauges are served by the same endpoint.
-        register_cleaner_metrics(self.rlm.metrics.registry, lambda: self.log_manager.cleaner)
-        if c.metrics_port:
-            host = c.listeners[0].host if c.listeners and c.listeners[0].host else "127.0.0.1"
-            self.metrics_server = start_metrics_server(
-                c.metrics_port, host, self.rlm.metrics.registry
-            )
-            log.info("tiered storage metrics on http://%s:%d/metrics", host, c.metrics_port)
         tps = self.tiered_partitions()
         t1 = time.monotonic()
         self.rlm.on_leadership_change(set(tps), set())
@@ -510,7 +506,7 @@ class TieredStorage:
 
     def close(self) -> None:
         """Stop the admin thread, the remote log manager (which closes the plugins and writes
-        the metadata file caches) and the metrics endpoint. Blocking; idempotent."""
+        the metadata file caches). Blocking; idempotent."""
         if self._closed:
             return
         self._closed = True
@@ -518,6 +514,3 @@ class TieredStorage:
         rlm = getattr(self, "rlm", None)
         if rlm is not None:
             rlm.close()
-        if self.metrics_server is not None:
-            self.metrics_server.close()
-            self.metrics_server = None

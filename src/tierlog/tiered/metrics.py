@@ -30,8 +30,9 @@ Plus, without partition labels (``kafka_log_remote_RemoteLogManager_*``):
 ``RemoteLogReaderTaskQueueSize`` (gauge) and ``RemoteLogReaderFetchRateAndTimeMs`` (histogram
 of remote read latency in ms).
 
-:func:`start_metrics_server` serves a registry on ``/metrics`` (the broker's ``metrics.port``).
-Thread-safe (prometheus_client is).
+The broker registers these on its own registry, served on ``metrics.port`` with its other
+metrics (``tierlog.server.broker_metrics``); :func:`start_metrics_server` serves a registry on
+its own (tests, tools). Thread-safe (prometheus_client is).
 """
 
 from __future__ import annotations

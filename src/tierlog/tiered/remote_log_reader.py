@@ -316,6 +316,11 @@ class RemoteLogReads:
             if lg is None:
                 raise RemoteStorageError(f"no log for {tp} on this broker")
             info = self._read(tp, lg, fetch_info)
+        except OffsetOutOfRange:
+            # Not a storage failure (Kafka's RemoteLogReader does not count it either): the
+            # offset is past remote storage -- e.g. the read ahead after a clean read of the
+            # last remote segment (remote_read_ahead), which counted 1 error per consumer.
+            raise
         except Exception:
             m.fetch_errors.inc()
             raise
