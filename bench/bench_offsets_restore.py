@@ -28,9 +28,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from tierlog.server.group_coordinator import GroupCoordinator
-from tierlog.server.group_records import OffsetCommitKey, OffsetCommitValue
-
+from tierlog.coordinator.group.group_coordinator import GroupCoordinator
+from tierlog.coordinator.group.group_records import OffsetCommitKey, OffsetCommitValue
 from tierlog.log.cleaner import Cleaner
 from tierlog.log.log import Log
 from tierlog.log.log_cleaner_manager import LogCleanerManager
