@@ -30,7 +30,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -106,8 +106,6 @@ class KafkaController:
         self.configs: dict[str, dict[str, str]] = {}
         self._reassigning: set[TopicPartition] = set()
         self._next_rebalance = 0.0
-        #: Called (on the controller thread) after each election round; tests and metrics.
-        self.on_change: Callable[[], None] | None = None
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -150,8 +148,6 @@ class KafkaController:
                 self._resign()
             except Exception:
                 log.exception("controller event failed")
-            if self.active and self.on_change is not None:
-                self.on_change()
 
     # ----------------------------------------------------------------- election
 
@@ -581,11 +577,6 @@ class KafkaController:
 
         self._update(tps, decide, "preferred")
 
-    def elect_preferred(self, tps: Iterable[TopicPartition]) -> None:
-        """Enqueue a preferred-leader election (ElectLeaders on the controller broker)."""
-        chosen = list(tps)
-        self._enqueue(lambda: self._elect_preferred(chosen))
-
     def _auto_rebalance(self) -> None:
         """Kafka's checkAndTriggerAutoLeaderRebalance: per broker, when more than
         ``leader.imbalance.per.broker.percentage`` of the partitions it prefers are led
@@ -605,8 +596,3 @@ class KafkaController:
         if chosen:
             log.info("controller: rebalancing %d partition leaders", len(chosen))
             self._elect_preferred(chosen)
-
-    # ----------------------------------------------------------------- introspection
-
-    def leaders(self) -> Mapping[TopicPartition, int]:
-        return {tp: s.leader for tp, s in self.states.items()}

@@ -85,7 +85,6 @@ class ZkBroker:
         self._loop = loop
         self._replica_manager: Any = None
         self._on_partition_change: list[Callable[[PartitionChange, Partition | None], None]] = []
-        self._on_topic_deleted: list[Callable[[str], None]] = []
         self.fetchers = ReplicaFetcherManager(
             fetcher_config, self.broker_address, client_factory, self._fetched
         )
@@ -109,9 +108,6 @@ class ZkBroker:
         """Call ``cb`` (on the loop) after each applied partition state (coordinators
         follow leadership of their topics' partitions)."""
         self._on_partition_change.append(cb)
-
-    def on_topic_deleted(self, cb: Callable[[str], None]) -> None:
-        self._on_topic_deleted.append(cb)
 
     async def start(self) -> None:
         """Register this broker and start the watches; returns once the metadata of every
@@ -440,8 +436,6 @@ class ZkBroker:
                 if rm.get_partition(name, p) is not None:
                     rm.stop_replica(name, p, delete=True)
         log.info("topic %s deleted", name)
-        for cb in self._on_topic_deleted:
-            cb(name)
 
     # ----------------------------------------------------------------- ClusterLink
 
