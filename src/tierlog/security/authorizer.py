@@ -1,5 +1,6 @@
 """ACLs with Kafka's model, sans-IO: bindings, filters and the authorization decision (Kafka's
-``AclAuthorizer``/``StandardAuthorizer`` semantics). Not wired to the handlers yet.
+``AclAuthorizer``/``StandardAuthorizer`` semantics). The broker wires it to the handlers through
+:mod:`tierlog.security.acl_checks`.
 
 An :class:`AclBinding` is a :class:`ResourcePattern` (resource type, name, LITERAL or PREFIXED)
 and an :class:`AccessControlEntry` (principal, host, operation, ALLOW or DENY). A request by
@@ -293,3 +294,48 @@ class AclAuthorizer:
         return any(
             e.permission_type == AclPermissionType.ALLOW and e.operation in allowed_by for e in mine
         )
+
+    def authorize_by_resource_type(
+        self,
+        principal: KafkaPrincipal | str,
+        host: str,
+        operation: AclOperation,
+        rtype: ResourceType,
+    ) -> bool:
+        """Whether ``principal`` may do ``operation`` on *some* resource of ``rtype`` (Kafka's
+        ``authorizeByResourceType``, KIP-679: an idempotent producer's InitProducerId is allowed
+        with WRITE on any topic): an ALLOW for it on any pattern, unless a DENY on the wildcard
+        resource (``*``) covers every name."""
+        who = str(principal)
+        if who in self.super_users:
+            return True
+        bindings = self._by_type.get(rtype, {})
+        if not bindings:
+            return self.allow_everyone_if_no_acl_found
+        ops = {operation, AclOperation.ALL}
+        mine = [
+            b
+            for b in bindings
+            if b.entry.principal in (who, WILDCARD_PRINCIPAL)
+            and b.entry.host in (host, WILDCARD_HOST)
+            and b.entry.operation in ops
+        ]
+        if any(
+            b.entry.permission_type == AclPermissionType.DENY
+            and b.pattern.pattern_type == PatternType.LITERAL
+            and b.pattern.name == WILDCARD_RESOURCE
+            for b in mine
+        ):
+            return False
+        return any(b.entry.permission_type == AclPermissionType.ALLOW for b in mine)
+
+    def replace_acls(self, bindings: Iterable[AclBinding]) -> None:
+        """Hold exactly ``bindings`` (a reload from the store; invalid ones are skipped)."""
+        by_type: dict[ResourceType, dict[AclBinding, None]] = {}
+        for b in bindings:
+            try:
+                b.validate()
+            except InvalidAclError:
+                continue
+            by_type.setdefault(b.pattern.resource_type, {})[b] = None
+        self._by_type = by_type
