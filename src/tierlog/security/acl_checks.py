@@ -67,7 +67,7 @@ from tierlog.security.authorizer import (
     AclOperation,
     ResourceType,
 )
-from tierlog.security.principal import KafkaPrincipal
+from tierlog.security.principal import ANONYMOUS, KafkaPrincipal
 
 __all__ = [
     "BrokerAuthorizer",
@@ -240,17 +240,21 @@ class RequestIdentity:
 
 
 def identity(ctx: RequestContext) -> RequestIdentity:
-    return RequestIdentity(ctx.authorizer, ctx.principal, ctx.client_host)
+    return RequestIdentity(
+        getattr(ctx, "authorizer", None),
+        getattr(ctx, "principal", ANONYMOUS),
+        getattr(ctx, "client_host", ""),
+    )
 
 
 def allowed(ctx: RequestContext, op: AclOperation, rtype: ResourceType, name: str) -> bool:
-    a = ctx.authorizer
+    a = getattr(ctx, "authorizer", None)
     return a is None or a.authorize(ctx.principal, ctx.client_host, op, rtype, name)
 
 
 def topic_error(ctx: RequestContext, op: AclOperation, topic: str) -> int:
     """0, or TOPIC_AUTHORIZATION_FAILED (29)."""
-    a = ctx.authorizer
+    a = getattr(ctx, "authorizer", None)
     if a is None or a.authorize(ctx.principal, ctx.client_host, op, ResourceType.TOPIC, topic):
         return 0
     return TOPIC_AUTHORIZATION_FAILED
@@ -278,7 +282,7 @@ def follower_or_topic_error(
 ) -> int:
     """A follower (``replica_id >= 0``) needs CLUSTER_ACTION on the cluster, a client ``op`` on
     the topic; 0 or TOPIC_AUTHORIZATION_FAILED (29) either way, as Kafka answers a follower."""
-    if ctx.authorizer is None:
+    if getattr(ctx, "authorizer", None) is None:
         return 0
     if replica_id >= 0:
         ok = allowed(ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
@@ -289,7 +293,7 @@ def follower_or_topic_error(
 def idempotent_write_error(ctx: RequestContext) -> int:
     """InitProducerId without a transactional id (KIP-679): IDEMPOTENT_WRITE on the cluster or
     WRITE on any topic; 0 or CLUSTER_AUTHORIZATION_FAILED (31)."""
-    a = ctx.authorizer
+    a = getattr(ctx, "authorizer", None)
     if a is None or allowed(ctx, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME):
         return 0
     if a.authorizer.authorize_by_resource_type(
@@ -301,7 +305,7 @@ def idempotent_write_error(ctx: RequestContext) -> int:
 
 def create_topic_error(ctx: RequestContext, topic: str) -> int:
     """CREATE on the cluster or on the topic; 0 or TOPIC_AUTHORIZATION_FAILED (29)."""
-    if ctx.authorizer is None or allowed(
+    if getattr(ctx, "authorizer", None) is None or allowed(
         ctx, AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME
     ):
         return 0
@@ -313,7 +317,7 @@ def config_resource_error(
 ) -> int:
     """DescribeConfigs/AlterConfigs on a resource (2 topic: 29; 4 broker, 8 broker logger:
     the cluster, 31)."""
-    if ctx.authorizer is None:
+    if getattr(ctx, "authorizer", None) is None:
         return 0
     if resource_type == 2:
         return topic_error(ctx, op, name)
@@ -323,7 +327,7 @@ def config_resource_error(
 def cluster_action_or_topic_error(ctx: RequestContext, op: AclOperation, topic: str) -> int:
     """OffsetForLeaderEpoch: CLUSTER_ACTION on the cluster (brokers) or ``op`` on the topic;
     0 or TOPIC_AUTHORIZATION_FAILED (29)."""
-    if ctx.authorizer is None or allowed(
+    if getattr(ctx, "authorizer", None) is None or allowed(
         ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME
     ):
         return 0
