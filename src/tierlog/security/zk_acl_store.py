@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +53,8 @@ EXTENDED_CHANGES_PATH = "/kafka-acl-extended-changes"
 CHANGE_PREFIX = "acl_changes_"
 _ROOTS = {PatternType.LITERAL: LITERAL_ACL_PATH, PatternType.PREFIXED: PREFIXED_ACL_PATH}
 _CAS_ATTEMPTS = 20
+#: Kafka's ``ZkNodeChangeNotificationListener.changeExpirationMs``: older change nodes go.
+CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 
 
 def resource_path(p: ResourcePattern) -> str:
@@ -73,6 +76,9 @@ class ZkAclStore:
     # ----------------------------------------------------------------- reads
 
     def load(self) -> list[AclBinding]:
+        """Every ACL in ZooKeeper (and the change nodes older than 15 minutes deleted, as
+        every Kafka broker does when it processes notifications)."""
+        self.purge_obsolete_changes()
         out: list[AclBinding] = []
         for pattern_type, root in _ROOTS.items():
             for type_name in self.zk.get_children(root):
@@ -99,6 +105,18 @@ class ZkAclStore:
             log.warning("ignoring unreadable ACL znode %s: %s", resource_path(p), e)
             acls = []
         return acls, int(stat.version)
+
+    def purge_obsolete_changes(self, now_ms: int | None = None) -> int:
+        """Delete change nodes created more than :data:`CHANGE_EXPIRATION_MS` ago; how many."""
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        gone = 0
+        for root in (LITERAL_CHANGES_PATH, EXTENDED_CHANGES_PATH):
+            for child in self.zk.get_children(root):
+                got = self.zk.get_data(f"{root}/{child}")
+                if got is not None and now - int(got[1].ctime) > CHANGE_EXPIRATION_MS:
+                    self.zk.delete_if_exists(f"{root}/{child}")
+                    gone += 1
+        return gone
 
     # ----------------------------------------------------------------- writes
 
