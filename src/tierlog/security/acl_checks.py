@@ -86,7 +86,7 @@ CLUSTER_AUTHORIZATION_FAILED = ClusterAuthorizationFailed.error_code
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = TransactionalIdAuthorizationFailed.error_code
 _CACHE_LIMIT = 100_000
 
-_Key = tuple[str, str, AclOperation, ResourceType, str]
+_Key = tuple[KafkaPrincipal | str, str, AclOperation, ResourceType, str]
 
 
 class BrokerAuthorizer:
@@ -115,17 +115,20 @@ class BrokerAuthorizer:
         resource_type: ResourceType,
         name: str,
     ) -> bool:
-        key = (str(principal), host, operation, resource_type, name)
+        # keyed by the principal object itself: hashing a frozen dataclass of two strings is
+        # cheaper than formatting "User:alice" on every Produce
+        key = (principal, host, operation, resource_type, name)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        allowed = self.authorizer.authorize(key[0], host, operation, resource_type, name)
+        who = str(principal)
+        allowed = self.authorizer.authorize(who, host, operation, resource_type, name)
         if len(self._cache) >= _CACHE_LIMIT:
             self._cache.clear()
         self._cache[key] = allowed
         if not allowed:
             log.debug(
-                "denied %s from %s: %s on %s:%s", key[0], host, operation.name,
+                "denied %s from %s: %s on %s:%s", who, host, operation.name,
                 resource_type.name, name,
             )  # fmt: skip
         return allowed
