@@ -224,6 +224,10 @@ class AclAuthorizer:
         self.super_users = frozenset(super_users)
         self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
         self._by_type: dict[ResourceType, dict[AclBinding, None]] = {}
+        # (type, LITERAL or PREFIXED, name) -> bindings: built on the first decision after a
+        # change, so a decision looks up the name, ``*`` and each prefix of the name
+        # (O(len(name))) instead of scanning every binding of the type.
+        self._index: dict[tuple[ResourceType, PatternType, str], list[AclBinding]] | None = None
 
     @staticmethod
     def parse_super_users(value: str | None) -> frozenset[str]:
@@ -241,12 +245,14 @@ class AclAuthorizer:
             b.validate()
         for b in items:
             self._by_type.setdefault(b.pattern.resource_type, {})[b] = None
+        self._index = None
 
     def remove_acls(self, f: AclBindingFilter) -> list[AclBinding]:
         """Remove and return the bindings ``f`` matches."""
         removed = self.acls(f)
         for b in removed:
             self._by_type.get(b.pattern.resource_type, {}).pop(b, None)
+        self._index = None
         return removed
 
     def acls(self, f: AclBindingFilter | None = None) -> list[AclBinding]:
@@ -271,11 +277,7 @@ class AclAuthorizer:
         who = str(principal)
         if who in self.super_users:
             return True
-        applying = [
-            b
-            for b in self._by_type.get(resource_type, {})
-            if b.pattern.matches(resource_type, name)
-        ]
+        applying = self._applying(resource_type, name)
         if not applying:
             return self.allow_everyone_if_no_acl_found
         mine = [
@@ -339,3 +341,21 @@ class AclAuthorizer:
                 continue
             by_type.setdefault(b.pattern.resource_type, {})[b] = None
         self._by_type = by_type
+        self._index = None
+
+    def _applying(self, resource_type: ResourceType, name: str) -> list[AclBinding]:
+        """The bindings whose pattern matches the resource (literal name, ``*``, prefixes)."""
+        index = self._index
+        if index is None:
+            index = {}
+            for bindings in self._by_type.values():
+                for b in bindings:
+                    p = b.pattern
+                    index.setdefault((p.resource_type, p.pattern_type, p.name), []).append(b)
+            self._index = index
+        out = list(index.get((resource_type, PatternType.LITERAL, name), ()))
+        if name != WILDCARD_RESOURCE:
+            out += index.get((resource_type, PatternType.LITERAL, WILDCARD_RESOURCE), ())
+        for i in range(1, len(name) + 1):
+            out += index.get((resource_type, PatternType.PREFIXED, name[:i]), ())
+        return out
