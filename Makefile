@@ -17,7 +17,12 @@ serve: $(STAMP)
 	$(BIN)/tierlog serve --override remote.log.storage.system.enable=true \
 		--override rsm.config.uri=file://$(abspath data/remote) $(ARGS)
 
-test: $(STAMP)
+# kafkajs for the integration tests (tests/integration/js), from the npm registry.
+JS_STAMP := tests/integration/js/node_modules/.package-lock.json
+$(JS_STAMP): tests/integration/js/package.json tests/integration/js/package-lock.json
+	npm ci --prefix tests/integration/js --no-audit --no-fund
+
+test: $(STAMP) $(JS_STAMP)
 	scripts/check
 
 example: $(STAMP)

@@ -116,7 +116,7 @@ def main() -> int:
             healthy = time.monotonic() - t0
             mem = {i: rss(b.proc.pid) for i, b in cluster.brokers.items() if b.proc}
             b1 = cluster.brokers[1]
-            b1.stop()
+            b1.stop(timeout=600)
             t1 = time.monotonic()
             b1.start(timeout=600)
             started = time.monotonic() - t1
@@ -124,7 +124,7 @@ def main() -> int:
                      lambda: metadata_partitions(b1.bootstrap) == (total, total), 1800)  # fmt: skip
             back = time.monotonic() - t1
         finally:
-            cluster.stop()
+            cluster.stop(timeout=600)  # controlled shutdowns move thousands of leaders
             zk.stop()
         (root / "single").mkdir()
         single = BrokerProcess(root / "single")

@@ -128,10 +128,28 @@ def test_a_duplicate_broker_id_is_refused(new_client):
     a.create_top_level_paths()
     a.register_broker(broker(1, 9092))
     with pytest.raises(ZooKeeperClientError, match="broker id 1 is already registered"):
-        b.register_broker(broker(1, 9093))
+        b.register_broker(broker(1, 9093), stale_wait_s=0.5)
     assert a.get_broker(1).endpoints[0].port == 9092  # the holder's registration is intact
     b.register_broker(broker(2, 9093))
     assert set(a.get_all_brokers()) == {1, 2}
+
+
+def test_a_registration_of_a_killed_process_is_waited_for(new_client):
+    """A broker restarted right after a SIGKILL finds its previous process's node, whose
+    session has not expired yet: it waits for the node to go instead of failing."""
+    a, b = new_client(), new_client()
+    a.create_top_level_paths()
+    a.register_broker(broker(1, 9092))
+    registered: list[int] = []
+    t = threading.Thread(
+        target=lambda: registered.append(b.register_broker(broker(1, 9093), stale_wait_s=60))
+    )
+    t.start()
+    assert not registered  # still waiting: the node belongs to a's session
+    a.close()  # the previous process's session ends: ZooKeeper deletes its ephemeral node
+    t.join(60)
+    assert registered and b.get_broker(1).endpoints[0].port == 9093
+    assert b.kazoo.get("/brokers/ids/1")[1].ephemeralOwner == b.session_id
 
 
 def test_re_registration_after_the_session_expired(new_client, zookeeper):

@@ -8,7 +8,12 @@ deadline that only bounds a failure (tests/README.md).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
+import socket
+import struct
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +22,7 @@ from typing import Any, TypeVar
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.broker_process import BrokerProcess
+from tests.integration.proxy import recv_exact_or_none
 
 T = TypeVar("T")
 
@@ -41,15 +47,209 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 60.0) ->
     raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
-class Cluster:
-    """``n`` brokers with ids 1..n on ``zk_connect``."""
+class LinkProxy:
+    """A TCP proxy in front of one broker's inter-broker listener that can cut chosen peers
+    off, as a network partition would: a connection whose requests carry a cut client id
+    (a follower's fetcher is ``tierlog-broker-<id>-fetcher``) is black-holed: nothing more
+    is forwarded either way, and the connection stays open (the peer sees no error, only
+    silence, until its request times out). :meth:`heal` closes the black-holed connections,
+    so the peers reconnect at once and are forwarded again.
 
-    def __init__(self, root: Path, zk_connect: str, n: int = 3, *overrides: str) -> None:
+    ``target`` is called per connection: the broker's listener port changes on restart.
+    """
+
+    def __init__(self, target: Callable[[], tuple[str, int] | None]) -> None:
+        self.target = target
+        self._cut: set[str] = set()
+        self._lock = threading.Lock()
+        self._conns: list[_Link] = []
+        self._listener = socket.socket()
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(256)
+        self.port = int(self._listener.getsockname()[1])
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True, name=f"link-{self.port}").start()
+
+    def cut(self, *client_ids: str) -> None:
+        """Black-hole every connection of these client ids from now on (open ones too)."""
+        with self._lock:
+            self._cut.update(client_ids)
+            for c in self._conns:
+                if c.client_id in self._cut:
+                    c.held = True
+
+    def heal(self) -> None:
+        """Forward everything again; black-holed connections are closed."""
+        with self._lock:
+            self._cut.clear()
+            held = [c for c in self._conns if c.held]
+            self._conns = [c for c in self._conns if not c.held]
+        for c in held:
+            c.close()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                if self._closed:
+                    return
+                time.sleep(0.05)  # ECONNABORTED and the like: keep listening
+                continue
+            threading.Thread(target=self._connect, args=(client,), daemon=True).start()
+
+    def _connect(self, client: socket.socket) -> None:
+        target = self.target()
+        try:
+            if target is None:
+                raise OSError("no broker behind the proxy")
+            upstream = socket.create_connection(target, timeout=5)
+            upstream.settimeout(None)
+        except OSError:
+            client.close()
+            return
+        link = _Link(client, upstream)
+        with self._lock:
+            self._conns = [c for c in self._conns if not c.closed]
+            self._conns.append(link)
+        threading.Thread(target=self._down, args=(link,), daemon=True).start()
+        self._up(link)
+
+    def _up(self, link: _Link) -> None:
+        while not link.closed:
+            head = recv_exact_or_none(link.client, 4)
+            if head is None:
+                break
+            (size,) = struct.unpack(">i", head)
+            body = recv_exact_or_none(link.client, size)
+            if body is None:
+                break
+            (n,) = struct.unpack_from(">h", body, 8)  # header: key, version, correlation, id
+            client_id = body[10 : 10 + n].decode(errors="replace") if n >= 0 else ""
+            with self._lock:
+                link.client_id = client_id
+                if client_id in self._cut:
+                    link.held = True
+            if link.held:
+                continue  # swallowed: the broker never sees it
+            try:
+                link.upstream.sendall(head + body)
+            except OSError:
+                break
+        link.close()  # either side went away (a held link is closed by heal() otherwise)
+
+    def _down(self, link: _Link) -> None:
+        while not link.closed:
+            try:
+                data = link.upstream.recv(65536)
+            except OSError:
+                break
+            if not data:
+                break
+            if link.held:
+                continue  # a response to a request sent before the cut: lost
+            try:
+                link.client.sendall(data)
+            except OSError:
+                break
+        link.close()
+
+    def close(self) -> None:
+        self._closed = True
+        with contextlib.suppress(OSError):
+            self._listener.close()
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for c in conns:
+            c.close()
+
+
+class _Link:
+    __slots__ = ("client", "client_id", "closed", "held", "upstream")
+
+    def __init__(self, client: socket.socket, upstream: socket.socket) -> None:
+        self.client = client
+        self.upstream = upstream
+        self.client_id = ""
+        self.held = False
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+        for s in (self.client, self.upstream):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                s.close()
+
+
+_LISTENING = re.compile(r"listening on [^,\s]+:\d+, ([^,\s]+):(\d+)")
+
+
+class ClusterBroker(BrokerProcess):
+    """A cluster member. With a :class:`LinkProxy`, it has two listeners: ``PLAINTEXT`` for
+    clients (its own port, the first advertised) and ``REPLICATION`` for the other brokers
+    (``inter.broker.listener.name``), advertised at the proxy's port, so every connection
+    another broker makes to it goes through the proxy."""
+
+    def __init__(self, workdir: Path, *overrides: str, link: LinkProxy | None = None) -> None:
+        super().__init__(workdir, *overrides)
+        self.link = link
+        self.replication_port: int | None = None
+
+    @property
+    def overrides(self) -> list[str]:
+        base = super().overrides
+        if self.link is None:
+            return base
+        port = self.port or 0
+        return [
+            f"listeners=PLAINTEXT://127.0.0.1:{port},REPLICATION://127.0.0.1:0",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{port},"
+            f"REPLICATION://127.0.0.1:{self.link.port}",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,REPLICATION:PLAINTEXT",
+            "inter.broker.listener.name=REPLICATION",
+            *base[1:],
+        ]
+
+    def start(self, timeout: float = 60.0) -> None:
+        self.replication_port = None
+        super().start(timeout)
+        if self.link is not None:
+            found = _LISTENING.findall(self.log_since_start())
+            assert found, "no REPLICATION listener in the start line"
+            self.replication_port = int(found[-1][1])
+
+    def replication_address(self) -> tuple[str, int] | None:
+        if self.replication_port is None or not self.alive():
+            return None
+        return ("127.0.0.1", self.replication_port)
+
+
+def fetcher_id(broker_id: int) -> str:
+    """The client id of a broker's replica fetchers (what a :class:`LinkProxy` cuts)."""
+    return f"tierlog-broker-{broker_id}-fetcher"
+
+
+class Cluster:
+    """``n`` brokers with ids 1..n on ``zk_connect``; with ``links``, each broker's
+    inter-broker listener is behind a :class:`LinkProxy` (``cluster.links[id]``)."""
+
+    def __init__(
+        self, root: Path, zk_connect: str, n: int = 3, *overrides: str, links: bool = False
+    ) -> None:
         self.zk_connect = zk_connect
-        self.brokers: dict[int, BrokerProcess] = {}
+        self.brokers: dict[int, ClusterBroker] = {}
+        self.links: dict[int, LinkProxy] = {}
         for i in range(1, n + 1):
             (root / f"broker-{i}").mkdir(parents=True, exist_ok=True)
-            self.brokers[i] = BrokerProcess(
+            link = None
+            if links:
+                link = self.links[i] = LinkProxy(
+                    lambda i=i: self.brokers[i].replication_address()  # type: ignore[misc]
+                )
+            self.brokers[i] = ClusterBroker(
                 root / f"broker-{i}",
                 f"zookeeper.connect={zk_connect}",
                 f"broker.id={i}",
@@ -61,6 +261,7 @@ class Cluster:
                 "offsets.topic.num.partitions=6",
                 "leader.imbalance.check.interval.seconds=5",
                 *overrides,
+                link=link,
             )
 
     def start(self) -> None:
@@ -68,10 +269,13 @@ class Cluster:
             b.start()
         wait_for("every broker registered", lambda: len(self.live_ids()) == len(self.brokers))
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 60.0) -> None:
         for b in self.brokers.values():
             if b.alive():
-                b.stop()
+                with contextlib.suppress(RuntimeError):
+                    b.stop(timeout=timeout)
+        for link in self.links.values():
+            link.close()
 
     def __iter__(self) -> Iterator[BrokerProcess]:
         return iter(self.brokers.values())

@@ -510,6 +510,23 @@ def test_truncate_to_across_segments(open_log: OpenLog) -> None:
     assert log.append(idempotent(8, count=2)).duplicate
 
 
+def test_truncate_to_the_log_end_drops_an_epoch_started_there(open_log: OpenLog) -> None:
+    """A broker elected leader (epoch assigned at its log end) that lost leadership before
+    appending: truncating to the log end removes that epoch (Kafka's truncateTo), or as a
+    follower it would keep fetching with an epoch its new leader never had."""
+    log = open_log(make_config())
+    log.append(build_batch(2), leader_epoch=5)
+    leo = log.log_end_offset
+    log.assign_epoch_start_offset(9, leo)
+    assert log.leader_epoch_cache.latest_epoch == 9
+    assert not log.truncate_to(leo)
+    assert log.leader_epoch_cache.latest_epoch == 5
+    assert log.log_end_offset == leo
+    # The next batch of a new epoch is stamped with it as usual.
+    log.append(build_batch(1), leader_epoch=10)
+    assert log.leader_epoch_cache.latest_epoch == 10
+
+
 def test_truncate_fully_and_start_at(open_log: OpenLog, log_dir: Path) -> None:
     log = open_log(make_config(segment_bytes=300))
     for _ in range(10):

@@ -82,20 +82,30 @@ class KafkaZkClient(ZooKeeperClient):
 
     # ------------------------------------------------------------------ brokers
 
-    def register_broker(self, info: BrokerInfo) -> int:
+    def register_broker(self, info: BrokerInfo, stale_wait_s: float | None = None) -> int:
         """Create ``/brokers/ids/<id>`` (ephemeral) and return the broker epoch (its czxid).
 
         Kafka's multi {create with empty data, set data at version 0}. When the node exists:
         owned by this session, it is ours (a create retried after a connection loss); owned
         by an expired session of this client, it is a leftover (ZOOKEEPER-2985, KAFKA-7165),
-        deleted and created again.
+        deleted and created again. Owned by another session, it may be this broker's previous
+        process, killed less than a session timeout ago: ZooKeeper deletes it when that
+        session expires, so the registration waits up to ``stale_wait_s`` (default: twice
+        this client's session timeout) for the node to go before giving up (Kafka fails at
+        once, and a broker restarted right after a crash then fails to start).
 
         Raises:
-            ZooKeeperClientError: another live session holds the id.
+            ZooKeeperClientError: another live session holds the id (after the wait).
         """
         path = zd.broker_path(info.id)
         create = multi_call(tx_create(path, b"", ephemeral=True), tx_set(path, info.encode(), 0))
-        for _ in range(10):
+        if stale_wait_s is None:
+            stale_wait_s = 2 * self.session_timeout_ms / 1000
+        deadline = time.monotonic() + stale_wait_s
+        waited_for: int | None = None
+        attempts = 0
+        while attempts < 10:
+            attempts += 1
             results = self._one(create)
             if not isinstance(results[0], Exception):
                 epoch = int(results[1].czxid)
@@ -119,6 +129,17 @@ class KafkaZkClient(ZooKeeperClient):
                     self._one(delete_call(path, stat.version))
                 except (NoNodeError, BadVersionError):
                     pass
+                continue
+            if time.monotonic() < deadline:
+                if waited_for != owner:
+                    log.warning(
+                        "%s belongs to another session (0x%x): waiting up to %.0fs for it to "
+                        "expire (a previous process of this broker?)",
+                        path, owner, deadline - time.monotonic(),
+                    )  # fmt: skip
+                    waited_for = owner
+                time.sleep(0.2)
+                attempts -= 1  # waiting is not a conflict
                 continue
             raise ZooKeeperClientError(
                 f"broker id {info.id} is already registered: {path} belongs to another live "

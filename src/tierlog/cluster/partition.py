@@ -9,7 +9,8 @@ Leader side (cluster-reference §3):
 * each follower's fetch offset is its log end offset (LEO); Kafka's ``Replica.updateFetchState``
   rule sets its ``last_caught_up_time_ms``: the time of this fetch when it asked for the leader's
   LEO, else the time of its previous fetch when it asked for at least the LEO the leader had then;
-* high watermark = the smallest LEO over the leader and the ISR, and it never goes down;
+* high watermark = the smallest LEO over the leader and the ISR (with the members an ISR
+  change being written adds, KIP-497's maximal ISR), and it never goes down;
 * a follower leaves the ISR when it has not caught up for ``replica.lag.time.max.ms``
   (:meth:`Partition.out_of_sync_replicas`) and joins when its LEO reaches the high watermark and
   the start of the current leader epoch (:meth:`Partition.update_follower_fetch_state`);
@@ -82,6 +83,7 @@ class Partition:
         "local_broker_id",
         "log",
         "partition_epoch",
+        "pending_isr",
         "remote_replicas",
         "topic",
         "topic_id",
@@ -111,6 +113,8 @@ class Partition:
         self.remote_replicas: dict[int, ReplicaState] = {}
         #: An ISR change is being written to ZooKeeper; no other starts meanwhile.
         self.isr_change_pending = False
+        #: The ISR being written (KIP-497's pending state), None when none is.
+        self.pending_isr: frozenset[int] | None = None
         self._waiters: list[asyncio.Future[None]] = []
         self._hw_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._lock: asyncio.Lock | None = None
@@ -145,6 +149,7 @@ class Partition:
         self.assigned_replicas = tuple(assigned)
         self.isr = frozenset(isr)
         self.isr_change_pending = False
+        self.pending_isr = None
         if new_epoch:
             self.leader_epoch_start_offset = leo
             self.remote_replicas = {
@@ -179,6 +184,7 @@ class Partition:
         self.isr = frozenset(isr)
         self.remote_replicas = {}
         self.isr_change_pending = False
+        self.pending_isr = None
         self._fail_hw_waiters()
         return changed
 
@@ -187,8 +193,28 @@ class Partition:
         self.isr = frozenset(isr)
         self.partition_epoch = partition_epoch
         self.isr_change_pending = False
+        self.pending_isr = None
         if self.is_leader:
             self.maybe_increment_high_watermark()
+
+    def propose_isr(self, isr: frozenset[int]) -> None:
+        """An ISR change is being written: none other starts until it lands
+        (:meth:`update_isr`) or fails (:meth:`isr_change_failed`)."""
+        self.isr_change_pending = True
+        self.pending_isr = isr
+
+    def isr_change_failed(self) -> None:
+        self.isr_change_pending = False
+        self.pending_isr = None
+
+    @property
+    def maximal_isr(self) -> frozenset[int]:
+        """The ISR, with the replicas an ISR change in flight adds (KIP-497: an expansion is
+        assumed before it is written, a shrink only once it is): the high watermark and
+        acks=all wait for them, so a replica that joins has every acknowledged record."""
+        if self.pending_isr is None:
+            return self.isr
+        return self.isr | self.pending_isr
 
     def leader_epoch_error(self, current_leader_epoch: int) -> int:
         """Kafka's ``getLocalLog(currentLeaderEpoch, fetchOnlyFromLeader=true)`` (KIP-320):
@@ -207,7 +233,10 @@ class Partition:
         """Record a follower's fetch (its LEO is ``fetch_offset``); True when it should join the
         ISR (the caller writes that). Raises the high watermark when it can."""
         state = self.remote_replicas.get(replica_id)
-        if state is None:
+        if state is None or fetch_offset > self.log.log_end_offset:
+            # Past our log end: not a follower of this log (a fetch of another leader's
+            # epoch, answered OFFSET_OUT_OF_RANGE); counting it would raise the high
+            # watermark over records no follower has (Kafka reads before it updates).
             return False
         state.update_fetch_state(fetch_offset, now_ms, self.log.log_end_offset)
         self.maybe_increment_high_watermark()
@@ -237,7 +266,7 @@ class Partition:
             return False
         lg = self.log
         new_hw = lg.log_end_offset
-        for r in self.isr:
+        for r in self.maximal_isr:
             if r == self.local_broker_id:
                 continue
             state = self.remote_replicas.get(r)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 import time
 import zlib
 from collections.abc import Callable
@@ -45,11 +46,19 @@ if TYPE_CHECKING:
     from tierlog.cluster.broker_client import BrokerClient
     from tierlog.cluster.partition import Partition
 
-__all__ = ["FetcherConfig", "ReplicaFetcher", "ReplicaFetcherManager", "truncation_offset"]
+__all__ = [
+    "FetcherConfig",
+    "ReplicaFetcher",
+    "ReplicaFetcherManager",
+    "truncation_offset",
+    "whole_batches",
+]
 
 log = logging.getLogger(__name__)
 
 FETCH_VERSION = 12
+_LOG_OVERHEAD = 12  # base offset (int64) and batch length (int32)
+_LENGTH = struct.Struct(">i")
 _NONE = 0
 _OFFSET_OUT_OF_RANGE = 1
 _NOT_LEADER_OR_FOLLOWER = 6
@@ -92,6 +101,23 @@ def truncation_offset(
     if follower_epoch != leader_epoch:
         return min(follower_end, leo), False
     return min(leader_end_offset, follower_end, leo), True
+
+
+def whole_batches(records: bytes | memoryview | None) -> bytes | memoryview | None:
+    """``records`` without a trailing partial batch. A leader's read stops at the fetch's
+    byte limits, which may cut the last batch (Kafka's FileRecords.slice): as Kafka's
+    fetcher, the follower appends the whole batches and fetches the rest next time."""
+    if not records:
+        return records
+    n = len(records)
+    pos = 0
+    while pos + _LOG_OVERHEAD <= n:
+        (length,) = _LENGTH.unpack_from(records, pos + 8)
+        end = pos + _LOG_OVERHEAD + length
+        if length < 0 or end > n:
+            break
+        pos = end
+    return records if pos == n else memoryview(records)[:pos]
 
 
 class ReplicaFetcher:
@@ -274,9 +300,14 @@ class ReplicaFetcher:
                     "truncating to %d",
                     p, int(diverging.epoch), int(diverging.end_offset), offset,
                 )  # fmt: skip
+                before = (lg.log_end_offset, lg.leader_epoch_cache.latest_epoch)
                 lg.truncate_to(offset)
+                if (lg.log_end_offset, lg.leader_epoch_cache.latest_epoch) == before:
+                    # The next fetch would be the same: back off rather than spin.
+                    log.error("follower %s: truncation to %d changed nothing", p, offset)
+                    self._delay([p], self._config.backoff_ms / 1000)
                 return
-            records = pd.records
+            records = whole_batches(pd.records)
             if records:
                 lg.append(records, assign_offsets=False, origin_client=False)
             leader_hw = int(pd.high_watermark)

@@ -38,7 +38,8 @@ from tierlog.errors import (
     ZooKeeperClientError,
 )
 from tierlog.log.log_config import LogConfig
-from tierlog.log.log_manager import random_kafka_uuid, validate_topic_name
+from tierlog.log.partition_metadata_file import random_kafka_uuid
+from tierlog.log.topic_names import validate_topic_name
 
 if TYPE_CHECKING:
     from tierlog.cluster.zk_broker import ZkBroker

@@ -281,12 +281,26 @@ class ZkBroker:
         for name, a in assignments.items():
             per_partition = {p: s for (t, p), s in states.items() if t == name}
             self.metadata.put_topic(a, per_partition, configs.get(name, {}))
+            self._host_replicas(a, configs.get(name, {}))
             for p in sorted(a.partitions):
                 state = per_partition.get(p)
                 if state is not None:
                     self._apply(name, p, state)
-        for name in assignments:
-            await asyncio.to_thread(self._watch_topic, name)
+        # Each watch is armed with a read: topics in parallel worker threads, so the round
+        # trips overlap (a topic's partitions are armed one after another).
+        await asyncio.gather(*(asyncio.to_thread(self._watch_topic, n) for n in assignments))
+
+    def _host_replicas(self, a: TopicAssignment, configs: dict[str, str]) -> None:
+        """Create this broker's replicas of a newly seen topic with one registry write (the
+        per-partition states then find them), rather than one write per partition."""
+        rm = self._replica_manager
+        mine = [p for p, replicas in a.partitions.items() if self.broker_id in replicas]
+        if rm is None or not mine:
+            return
+        try:
+            rm.log_manager.ensure_replicas(a.name, a.topic_id, mine, configs)
+        except Exception as e:  # each partition's state retries and reports it
+            log.error("cannot host the replicas of %s: %s", a.name, e)
 
     def _watch_topic(self, name: str) -> None:
         """(Worker thread) watch the topic znode; its partitions' state znodes are watched
@@ -456,19 +470,19 @@ class ZkBroker:
             controller_epoch=self._controller_epoch_of(p),
             zk_version=p.partition_epoch,
         )
-        p.isr_change_pending = True
+        p.propose_isr(isr)
         try:
             written = await asyncio.to_thread(
                 self.zk.update_leader_and_isr, (p.topic, p.index), state
             )
         except Exception as e:
             log.warning("cannot write the ISR of %s: %s", p, e)
-            p.isr_change_pending = False
+            p.isr_change_failed()
             return False
         if written is None:
             states = await asyncio.to_thread(self.zk.get_partition_states, [(p.topic, p.index)])
             current = states.get((p.topic, p.index))
-            p.isr_change_pending = False
+            p.isr_change_failed()
             if current is not None:
                 self._apply(p.topic, p.index, current)
             return False
@@ -483,7 +497,9 @@ class ZkBroker:
 
     def expand_isr(self, partition: Partition, replica_id: int) -> None:
         log.info("follower %d caught up with %s: adding it to the ISR", replica_id, partition)
-        self._spawn(self.alter_isr(partition, partition.isr | {replica_id}))
+        isr = partition.isr | {replica_id}
+        partition.propose_isr(isr)  # counted for the high watermark from now on (KIP-497)
+        self._spawn(self.alter_isr(partition, isr))
 
     async def run_isr_expiration(self, interval_s: float) -> None:
         """Kafka's isr-expiration task: shrink ISRs every half ``replica.lag.time.max.ms``."""

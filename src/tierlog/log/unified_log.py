@@ -478,9 +478,17 @@ class UnifiedLog(LocalLog):
     def assign_epoch_start_offset(self, epoch: int, start_offset: int) -> None:
         """Record that ``epoch`` starts at ``start_offset`` (a new leader, at its log end
         offset, before any batch of the epoch is written: Kafka's
-        ``maybeAssignEpochStartOffset``)."""
+        ``maybeAssignEpochStartOffset``).
+
+        The checkpoint is written without fsync (as Kafka does since 3.7, KAFKA-15046):
+        leadership changes come by the thousand when a broker fails, and an fsync each on the
+        event loop stalled a 3-broker cluster for seconds. A process crash loses nothing (the
+        page cache keeps it); a machine crash may lose the entry of an epoch that has no batch
+        yet, which a restarted broker never needs: it comes back as a follower and truncates
+        to its leader (an epoch with batches is rebuilt from them by recovery)."""
         with self._lock:
-            self._assign_epoch(epoch, start_offset)
+            self.leader_epoch_cache.assign(epoch, start_offset, durable=False)
+            self._latest_epoch = self.leader_epoch_cache.latest_epoch
 
     def _assign_epoch(self, epoch: int, start_offset: int) -> None:
         self.leader_epoch_cache.assign(epoch, start_offset)
@@ -865,6 +873,13 @@ class UnifiedLog(LocalLog):
             raise ValueError(f"cannot truncate {self} to a negative offset {target_offset}")
         with self._lock:
             if target_offset >= self._leo.offset:
+                # Nothing to remove from the log, but an epoch may start at its end: this
+                # broker was elected leader (the epoch assigned at its log end offset) and
+                # lost leadership before appending. That entry must go, or the follower
+                # keeps sending it as its last fetched epoch and diverges forever (Kafka's
+                # truncateTo does the same).
+                self.leader_epoch_cache.truncate_from_end(self._leo.offset)
+                self._latest_epoch = self.leader_epoch_cache.latest_epoch
                 return False
             first_base = self._segments.first_segment_base_offset
             if first_base is None or first_base > target_offset:

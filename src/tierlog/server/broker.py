@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any
 from tierlog.coordinator.group.group_coordinator import GroupCoordinator
 from tierlog.errors import ConfigError, TierlogError
 from tierlog.log.file_handle_cache import file_handle_cache
-from tierlog.log.log_manager import LogManager, new_cluster_id, stored_cluster_id
+from tierlog.log.log_manager import LogManager
+from tierlog.log.meta_properties import new_cluster_id, stored_cluster_id
 from tierlog.protocol.api_versions import preload_schemas
 from tierlog.security.channel_builder import build_channel_builders
 from tierlog.security.credential_store import CredentialStore

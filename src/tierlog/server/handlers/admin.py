@@ -30,7 +30,7 @@ from tierlog.errors import (
     UnknownTopicOrPartition,
 )
 from tierlog.log.log_config import TOPIC_CONFIGS, LogConfig, format_value
-from tierlog.log.log_manager import NewTopic
+from tierlog.log.topic_registry import NewTopic
 from tierlog.security.acl_checks import (
     require_config_resource,
     require_create_topic,
