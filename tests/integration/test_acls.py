@@ -15,6 +15,7 @@ Each refusal names the error the client reports:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import subprocess
 import sys
@@ -72,7 +73,12 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
     b = SecureBroker(
         work,
         {"SASL_PLAINTEXT": "SASL_PLAINTEXT"},
-        f"sasl.enabled.mechanisms={MECHANISM}",
+        f"sasl.enabled.mechanisms={MECHANISM},PLAIN",
+        # PLAIN too, with the same passwords: the wire-level matrix logs in with it
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config="
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        + " ".join(f'user_{u}="{p}"' for u, p in USERS.items())
+        + ";",
         f"authorizer.class.name={AUTHORIZER}",
         "super.users=User:admin",
         "group.initial.rebalance.delay.ms=0",
@@ -503,3 +509,124 @@ def _create_acl_v3_once(bootstrap: str) -> int:
         return _create_acl_v3(c, "other", "User:ANONYMOUS", 3, 3)
     finally:
         c.close()
+
+
+# --------------------------------------------------------------------------- the matrix
+
+
+def sasl_wire(b: SecureBroker, user: str) -> wire.WireClient:
+    """A raw connection logged in with SASL PLAIN as ``user``."""
+    c = wire.WireClient(b.bootstrap_of("SASL_PLAINTEXT"))
+    assert c.call(wire.request_class(17, 1)(mechanism="PLAIN")).error_code == 0
+    auth = wire.request_class(36, 2)
+    resp = c.call(auth(auth_bytes=b"\0" + user.encode() + b"\0" + USERS[user].encode()))
+    assert resp.error_code == 0, resp.error_message
+    return c
+
+
+def error_codes(entity: Any) -> list[int]:
+    """Every ``error_code`` in a response, nested ones too."""
+    out: list[int] = []
+    if isinstance(entity, tuple):
+        for item in entity:
+            out += error_codes(item)
+        return out
+    if not dataclasses.is_dataclass(entity):
+        return out
+    for f in dataclasses.fields(entity):
+        v = getattr(entity, f.name)
+        if f.name == "error_code":
+            out.append(int(v.value if hasattr(v, "value") else v))
+        elif isinstance(v, tuple) or dataclasses.is_dataclass(v):
+            out += error_codes(v)
+    return out
+
+
+T, G = "matrix", "matrix-g"
+_P0 = [{"partition_index": 0}]
+# (what, api key, version, request fields, the code a principal without ACLs gets)
+MATRIX: list[tuple[str, int, int, dict[str, Any], int]] = [
+    ("Produce", 0, 9, {"acks": 1, "timeout": 30_000, "topic_data": [
+        {"name": T, "partition_data": [{"index": 0, "records": wire.one_record(b"m")}]}]}, 29),
+    ("Fetch", 1, 12, {"replica_id": -1, "max_bytes": 1 << 20, "session_epoch": -1, "topics": [
+        {"topic": T, "partitions": [{"partition": 0, "partition_max_bytes": 1 << 16}]}]}, 29),
+    ("ListOffsets", 2, 7, {"replica_id": -1, "topics": [
+        {"name": T, "partitions": [{"partition_index": 0, "timestamp": -1}]}]}, 29),
+    ("Metadata, a named topic", 3, 12, {"topics": [{"name": T}]}, 29),
+    ("OffsetForLeaderEpoch", 23, 4, {"replica_id": -1, "topics": [
+        {"topic": T, "partitions": [{"partition": 0, "leader_epoch": 0,
+                                     "current_leader_epoch": -1}]}]}, 29),
+    ("CreateTopics", 19, 5, {"timeout": 30_000, "validate_only": True, "topics": [
+        {"name": "matrix-new", "num_partitions": 1, "replication_factor": 1}]}, 29),
+    ("DeleteTopics", 20, 4, {"topic_names": ["matrix-none"], "timeout": 30_000}, 29),
+    ("CreatePartitions", 37, 3, {"timeout": 30_000, "validate_only": True,
+                                 "topics": [{"name": T, "count": 2, "assignments": None}]}, 29),
+    ("DeleteRecords", 21, 2, {"timeout": 30_000, "topics": [
+        {"name": T, "partitions": [{"partition_index": 0, "offset": 0}]}]}, 29),
+    ("DescribeConfigs, a topic", 32, 4, {"resources": [
+        {"resource_type": 2, "resource_name": T, "configuration_keys": None}]}, 29),
+    ("DescribeConfigs, the broker", 32, 4, {"resources": [
+        {"resource_type": 4, "resource_name": "0", "configuration_keys": None}]}, 31),
+    ("IncrementalAlterConfigs", 44, 1, {"validate_only": True, "resources": [
+        {"resource_type": 2, "resource_name": T, "configs": [
+            {"name": "retention.ms", "config_operation": 0, "value": "1000"}]}]}, 29),
+    ("AlterConfigs, the broker", 33, 2, {"validate_only": True, "resources": [
+        {"resource_type": 4, "resource_name": "0", "configs": []}]}, 31),
+    ("OffsetCommit", 8, 8, {"group_id": G, "generation_id_or_member_epoch": -1,
+                            "member_id": "", "topics": [{"name": T, "partitions": [
+                                {"partition_index": 0, "committed_offset": 0}]}]}, 30),
+    ("OffsetFetch", 9, 8, {"groups": [{"group_id": G, "topics": None}]}, 30),
+    ("JoinGroup", 11, 7, {"group_id": G, "session_timeout": 10_000,
+                          "rebalance_timeout": 10_000, "member_id": "",
+                          "protocol_type": "consumer",
+                          "protocols": [{"name": "range", "metadata": b""}]}, 30),
+    ("Heartbeat", 12, 4, {"group_id": G, "generation_id": 1, "member_id": "m"}, 30),
+    ("DescribeGroups", 15, 5, {"groups": [G]}, 30),
+    ("DeleteGroups", 42, 2, {"groups_names": [G]}, 30),
+    ("FindCoordinator, a group", 10, 4, {"key_type": 0, "coordinator_keys": [G]}, 30),
+    ("FindCoordinator, a transactional id", 10, 4,
+     {"key_type": 1, "coordinator_keys": ["tx"]}, 53),
+    ("InitProducerId, transactional", 22, 4,
+     {"transactional_id": "tx", "transaction_timeout": 60_000}, 53),
+    ("InitProducerId, idempotent", 22, 4,
+     {"transactional_id": None, "transaction_timeout": 60_000}, 31),
+    ("ElectLeaders", 43, 2, {"election_type": 0, "timeout": 30_000,
+                             "topic_partitions": [{"topic": T, "partitions": [0]}]}, 31),
+    ("AlterPartitionReassignments", 45, 0, {"timeout": 30_000, "topics": []}, 31),
+    ("ListPartitionReassignments", 46, 0, {"timeout": 30_000, "topics": None}, 31),
+    ("DescribeUserScramCredentials", 50, 0, {"users": None}, 31),
+    ("AlterUserScramCredentials", 51, 0, {"deletions": [{"name": "nobody", "mechanism": 1}],
+                                          "upsertions": []}, 31),
+    ("DescribeAcls", 29, 3, {"resource_type_filter": 1, "pattern_type_filter": 1,
+                             "operation": 1, "permission_type": 1}, 31),
+    ("CreateAcls", 30, 3, {"creations": [
+        {"resource_type": 2, "resource_name": "x", "resource_pattern_type": 3,
+         "principal": "User:bob", "host": "*", "operation": 2, "permission_type": 3}]}, 31),
+    ("DeleteAcls", 31, 3, {"filters": [
+        {"resource_type_filter": 1, "pattern_type_filter": 1, "operation": 1,
+         "permission_type": 1}]}, 31),
+]  # fmt: skip
+AUTHORIZATION_ERRORS = {29, 30, 31, 53}
+
+
+def test_every_api_answers_kafkas_authorization_error(broker: SecureBroker) -> None:
+    """Each API family, over the wire: a principal without ACLs (bob) gets Kafka's exact code
+    and nothing else; the super user gets no authorization error at all."""
+    from tierlog.server.handlers._build import build
+
+    create_topics(broker, T)
+    assert cf_produce_errors(cf_conf(broker, "admin"), T, 1) == [0]
+    bob, admin = sasl_wire(broker, "bob"), sasl_wire(broker, "admin")
+    try:
+        for what, key, version, fields, code in MATRIX:
+            req = build(wire.request_class(key, version), fields)
+            denied = error_codes(bob.call(req))
+            assert code in denied and set(denied) <= {0, code}, (what, denied)
+            allowed = error_codes(admin.call(req))
+            assert not AUTHORIZATION_ERRORS & set(allowed), (what, allowed)
+        # ListGroups: bob is not refused, he sees no group he may not describe
+        listed = bob.call(build(wire.request_class(16, 4), {"states_filter": []}))
+        assert listed.error_code == 0 and listed.groups == ()
+    finally:
+        bob.close()
+        admin.close()
