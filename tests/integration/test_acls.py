@@ -433,6 +433,7 @@ def _delete_topic_acls_v3(c: wire.WireClient, topic: str) -> int:
     return len(resp.filter_results[0].matching_acls)
 
 
+@pytest.mark.cluster
 def test_an_acl_created_on_one_broker_is_enforced_by_the_others(
     tmp_path: Path, zk_connect: str
 ) -> None:
