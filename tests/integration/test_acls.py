@@ -77,7 +77,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
         # PLAIN too, with the same passwords: the wire-level matrix logs in with it
         "listener.name.sasl_plaintext.plain.sasl.jaas.config="
         "org.apache.kafka.common.security.plain.PlainLoginModule required "
-        + " ".join(f'user_{u}="{p}"' for u, p in USERS.items())
+        + " ".join(f'user_{u}="{p}"' for u, p in {**USERS, **ROW_USERS}.items())
         + ";",
         f"authorizer.class.name={AUTHORIZER}",
         "super.users=User:admin",
@@ -520,7 +520,8 @@ def sasl_wire(b: SecureBroker, user: str) -> wire.WireClient:
     c = wire.WireClient(b.bootstrap_of("SASL_PLAINTEXT"))
     assert c.call(wire.request_class(17, 1)(mechanism="PLAIN")).error_code == 0
     auth = wire.request_class(36, 2)
-    resp = c.call(auth(auth_bytes=b"\0" + user.encode() + b"\0" + USERS[user].encode()))
+    password = {**USERS, **ROW_USERS}[user]
+    resp = c.call(auth(auth_bytes=b"\0" + user.encode() + b"\0" + password.encode()))
     assert resp.error_code == 0, resp.error_message
     return c
 
@@ -604,15 +605,56 @@ MATRIX: list[tuple[str, int, int, dict[str, Any], int]] = [
         {"resource_type": 2, "resource_name": "x", "resource_pattern_type": 3,
          "principal": "User:bob", "host": "*", "operation": 2, "permission_type": 3}]}, 31),
     ("DeleteAcls", 31, 3, {"filters": [
-        {"resource_type_filter": 1, "pattern_type_filter": 1, "operation": 1,
-         "permission_type": 1}]}, 31),
+        {"resource_type_filter": 2, "resource_name_filter": "x", "pattern_type_filter": 3,
+         "operation": 1, "permission_type": 1}]}, 31),
 ]  # fmt: skip
 AUTHORIZATION_ERRORS = {29, 30, 31, 53}
+TOPIC_, GROUP_, CLUSTER_, TXN_ = 2, 3, 4, 5
+READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE = 3, 4, 5, 6, 7, 8
+DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE = 10, 11, 12
+KC = "kafka-cluster"
+#: The literal ACLs (resource type, name, operation) Kafka requires for each row, exactly.
+NEEDS: dict[str, list[tuple[int, str, int]]] = {
+    "Produce": [(TOPIC_, T, WRITE)],
+    "Fetch": [(TOPIC_, T, READ)],
+    "ListOffsets": [(TOPIC_, T, DESCRIBE)],
+    "Metadata, a named topic": [(TOPIC_, T, DESCRIBE)],
+    "OffsetForLeaderEpoch": [(TOPIC_, T, DESCRIBE)],
+    "CreateTopics": [(TOPIC_, "matrix-new", CREATE)],
+    "DeleteTopics": [(TOPIC_, "matrix-none", DELETE)],
+    "CreatePartitions": [(TOPIC_, T, ALTER)],
+    "DeleteRecords": [(TOPIC_, T, DELETE)],
+    "DescribeConfigs, a topic": [(TOPIC_, T, DESCRIBE_CONFIGS)],
+    "DescribeConfigs, the broker": [(CLUSTER_, KC, DESCRIBE_CONFIGS)],
+    "IncrementalAlterConfigs": [(TOPIC_, T, ALTER_CONFIGS)],
+    "AlterConfigs, the broker": [(CLUSTER_, KC, ALTER_CONFIGS)],
+    "OffsetCommit": [(GROUP_, G, READ), (TOPIC_, T, READ)],
+    "OffsetFetch": [(GROUP_, G, DESCRIBE)],
+    "JoinGroup": [(GROUP_, G, READ)],
+    "Heartbeat": [(GROUP_, G, READ)],
+    "DescribeGroups": [(GROUP_, G, DESCRIBE)],
+    "DeleteGroups": [(GROUP_, G, DELETE)],
+    "FindCoordinator, a group": [(GROUP_, G, DESCRIBE)],
+    "FindCoordinator, a transactional id": [(TXN_, "tx", DESCRIBE)],
+    "InitProducerId, transactional": [(TXN_, "tx", WRITE)],
+    "InitProducerId, idempotent": [(CLUSTER_, KC, IDEMPOTENT_WRITE)],
+    "ElectLeaders": [(CLUSTER_, KC, ALTER)],
+    "AlterPartitionReassignments": [(CLUSTER_, KC, ALTER)],
+    "ListPartitionReassignments": [(CLUSTER_, KC, DESCRIBE)],
+    "DescribeUserScramCredentials": [(CLUSTER_, KC, DESCRIBE)],
+    "AlterUserScramCredentials": [(CLUSTER_, KC, ALTER)],
+    "DescribeAcls": [(CLUSTER_, KC, DESCRIBE)],
+    "CreateAcls": [(CLUSTER_, KC, ALTER)],
+    "DeleteAcls": [(CLUSTER_, KC, ALTER)],
+}
+#: PLAIN-only users of the matrix: one per row, holding exactly that row's ACLs.
+ROW_USERS = {f"row{i}": f"row{i}-pw" for i in range(len(MATRIX))}
 
 
 def test_every_api_answers_kafkas_authorization_error(broker: SecureBroker) -> None:
     """Each API family, over the wire: a principal without ACLs (bob) gets Kafka's exact code
-    and nothing else; the super user gets no authorization error at all."""
+    and nothing else; a principal holding exactly the ACLs Kafka requires for it, and the
+    super user, get no authorization error at all."""
     from tierlog.server.handlers._build import build
 
     create_topics(broker, T)
@@ -625,6 +667,22 @@ def test_every_api_answers_kafkas_authorization_error(broker: SecureBroker) -> N
             assert code in denied and set(denied) <= {0, code}, (what, denied)
             allowed = error_codes(admin.call(req))
             assert not AUTHORIZATION_ERRORS & set(allowed), (what, allowed)
+        # one user per row, holding exactly the ACLs the row needs
+        creation = wire.request_class(30, 3)
+        grants = [
+            {"resource_type": rtype, "resource_name": name, "resource_pattern_type": 3,
+             "principal": f"User:row{i}", "host": "*", "operation": op, "permission_type": 3}
+            for i, (what, *_) in enumerate(MATRIX)
+            for rtype, name, op in NEEDS[what]
+        ]  # fmt: skip
+        assert set(error_codes(admin.call(build(creation, {"creations": grants})))) == {0}
+        for i, (what, key, version, fields, _code) in enumerate(MATRIX):
+            c = sasl_wire(broker, f"row{i}")
+            try:
+                got = error_codes(c.call(build(wire.request_class(key, version), fields)))
+            finally:
+                c.close()
+            assert not AUTHORIZATION_ERRORS & set(got), (what, NEEDS[what], got)
         # ListGroups: bob is not refused, he sees no group he may not describe
         listed = bob.call(build(wire.request_class(16, 4), {"states_filter": []}))
         assert listed.error_code == 0 and listed.groups == ()
