@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: serve test check bench example clean
+.PHONY: serve cluster test check bench example clean
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,6 +16,11 @@ $(STAMP): pyproject.toml setup.py
 serve: $(STAMP)
 	$(BIN)/tierlog serve --override remote.log.storage.system.enable=true \
 		--override rsm.config.uri=file://$(abspath data/remote) $(ARGS)
+
+# A local cluster: ZooKeeper on 127.0.0.1:2181 and brokers 1-3 on 127.0.0.1:9092-9094, data in
+# ./data/cluster; Ctrl-C stops them all (extra settings: make cluster ARGS="--override k=v").
+cluster: $(STAMP)
+	$(BIN)/tierlog cluster --data-dir data/cluster $(ARGS)
 
 # kafkajs for the integration tests (tests/integration/js), from the npm registry.
 JS_STAMP := tests/integration/js/node_modules/.package-lock.json

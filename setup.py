@@ -52,6 +52,14 @@ if os.environ.get("TIERLOG_NO_EXTENSIONS", "") != "1":
     )
     ext_modules.append(
         Extension(
+            "tierlog.records._speedups._offset_map",
+            ["src/tierlog/records/_speedups/_offset_map.c"],
+            extra_compile_args=["-O2"] if os.name != "nt" else [],
+            optional=True,
+        )
+    )
+    ext_modules.append(
+        Extension(
             "tierlog.records._speedups._keys",
             ["src/tierlog/records/_speedups/_keys.c"],
             extra_compile_args=["-O2"] if os.name != "nt" else [],

@@ -26,6 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_version(sub)
     _add_serve(sub)
+    from tierlog.tools import local_cluster  # cluster: ZooKeeper and three brokers
+
+    local_cluster.add_subcommand(sub)
     _add_dump_log(sub)
     _add_scram(sub)
     from tierlog.tools.client_cli import add_subcommands  # topics, produce, consume, groups

@@ -43,11 +43,11 @@ are and no batch is treated as aborted.
 from __future__ import annotations
 
 import logging
-import operator
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from itertools import compress, repeat
+
+import crc32c as _crc32c
 
 from tierlog.errors import CorruptRecordError, LogCleaningAbortedError
 from tierlog.log import log_file_utils as lfu
@@ -55,12 +55,16 @@ from tierlog.log.file_records import FileRecords
 from tierlog.log.log import Log
 from tierlog.log.log_cleaner_manager import LogToClean
 from tierlog.log.log_segment import LogSegment, wall_clock_ms
-from tierlog.log.offset_map import DIGEST_SIZE, SkimpyOffsetMap, key_digest
+from tierlog.log.offset_map import SkimpyOffsetMap
+from tierlog.log.offset_map import rebuild_records as _rebuild_records
 from tierlog.log.throttler import Throttler
 from tierlog.records.default_records import RecordBatchBuilder, build_empty_batch, read_records
 from tierlog.records.record_batch import (
     COMPRESSION_CODEC_MASK,
     CONTROL_FLAG_MASK,
+    CRC_OFFSET,
+    CRC_START,
+    CURRENT_MAGIC,
     DELETE_HORIZON_FLAG_MASK,
     HEADER_STRUCT,
     LOG_OVERHEAD,
@@ -71,17 +75,23 @@ from tierlog.records.record_batch import (
     RecordBatchHeader,
     iter_headers,
 )
-from tierlog.records.record_keys import read_keys
+from tierlog.records.record_keys import read_section_keys, records_section
 
-__all__ = ["Cleaner", "CleanerStats"]
+__all__ = [
+    "Cleaner",
+    "CleanerStats",
+    "SegmentWriter",
+    "empty_batch_of",
+    "read_batches",
+    "retained_batch",
+    "retained_batch_py",
+]
 
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 
 _INT32_MAX = 2**31 - 1
-#: The default of dict.get for every key of a batch (endless: map() stops at the keys' end).
-_MINUS_ONES = repeat(-1)
 
 
 @dataclass(slots=True)
@@ -105,11 +115,22 @@ class CleanerStats:
         return (end - self.start_ns) / 1e9
 
 
-def _read_batches(
-    records: FileRecords, start: int, buffer_size: int, max_message_size: int
+def read_batches(
+    records: FileRecords,
+    start: int,
+    buffer_size: int,
+    max_message_size: int,
+    *,
+    on_chunk: Callable[[bytes], None] | None = None,
+    skip: Callable[[bytes, int], int] | None = None,
 ) -> Iterator[tuple[bytes, RecordBatchHeader]]:
     """(chunk, header) for every batch of ``records`` from byte ``start``; the header's
     position is within the chunk. A batch larger than the buffer is read alone.
+
+    ``on_chunk`` is called with each chunk read. ``skip(chunk, position)``, called before
+    each batch, may handle a run of batches itself and return the position after them (the
+    cleaner's fast path: :meth:`~tierlog.log.offset_map.DictTable.map_run` and
+    ``filter_run``); the batches it skipped are not yielded.
 
     Raises:
         CorruptRecordError: a batch whose length runs past the file.
@@ -118,8 +139,15 @@ def _read_batches(
     pos = start
     while size - pos >= RECORD_BATCH_OVERHEAD:
         chunk = records.read(pos, buffer_size)
+        if on_chunk is not None:
+            on_chunk(chunk)
         consumed = 0
-        for header in iter_headers(chunk):
+        while True:
+            if skip is not None:
+                consumed = skip(chunk, consumed)
+            header = next(iter_headers(chunk, consumed), None)
+            if header is None:
+                break
             yield chunk, header
             consumed = header.position + header.size_in_bytes
         if consumed == 0:
@@ -157,6 +185,8 @@ class Cleaner:
         self.throttler = throttler or Throttler(float("inf"))
         self.check_done = check_done
         self.time_ms = time_ms
+        #: The statistics of the last round that finished (the cleaner metrics read them).
+        self.last_stats: CleanerStats | None = None
 
     # ------------------------------------------------------------------ a round
 
@@ -183,10 +213,14 @@ class Cleaner:
         end_offset = self.offset_map.latest_offset + 1
         snapshot = lg.segments.snapshot()
         active = snapshot.segments[-1] if snapshot.segments else None
+        # A tiered log: the segments already copied to remote storage are left as they are
+        # (a merged group would straddle what is remote and what is not); the remote
+        # compactor rewrites their remote copies (see tierlog.tiered.remote_log_compactor).
+        tiered_until = lg.highest_offset_in_remote_storage if lg.remote_log_enabled else -1
         segments = [
             s
             for s in snapshot.values_between(0, end_offset)
-            if s is not active and s.base_offset < upper_bound
+            if s is not active and tiered_until < s.base_offset < upper_bound
         ]
         groups = self.group_segments_by_size(
             segments,
@@ -195,8 +229,13 @@ class Cleaner:
             upper_bound,
             snapshot.segments,
         )
+        # A tiered log keeps its tombstones: older values of their keys may be in remote
+        # segments, which only the remote compactor rewrites (it drops them).
+        drop_tombstones = not lg.remote_log_enabled
         for group in groups:
-            self.clean_segments(lg, tp, group, current_time, stats, upper_bound)
+            self.clean_segments(
+                lg, tp, group, current_time, stats, upper_bound, drop_tombstones=drop_tombstones
+            )
         stats.buffer_utilization = self.offset_map.utilization
         stats.end_ns = time.monotonic_ns()
         log.info(
@@ -237,48 +276,59 @@ class Cleaner:
         stats: CleanerStats,
     ) -> bool:
         offset_map = self.offset_map
-        # The map's dict, filled inline: this loop runs once per record of the dirty section.
-        entries = offset_map._map
+        # The table, called directly: this loop runs once per batch of the dirty section.
+        table = offset_map.table
         max_desired = int(offset_map.slots * self.dup_buffer_load_factor)
         position = segment.offset_index.lookup(start).position
         read = 0
-        for chunk, header in _read_batches(
-            segment.log, position, self.io_buffer_size, self.max_io_buffer_size
+
+        def on_chunk(chunk: bytes) -> None:
+            nonlocal read
+            self.check_done(tp)
+            self.throttler.maybe_throttle(len(chunk))
+            read += len(chunk)
+
+        def skip(chunk: bytes, off: int) -> int:
+            # The plain batches, in one call per run; what it leaves comes below.
+            off, records, last = table.map_run(chunk, off, start, next_segment_start, max_desired)
+            stats.map_messages_read += records
+            if last >= 0:
+                offset_map.update_latest_offset(last)
+            return off
+
+        for chunk, header in read_batches(
+            segment.log,
+            position,
+            self.io_buffer_size,
+            self.max_io_buffer_size,
+            on_chunk=on_chunk,
+            skip=skip,
         ):
-            if header.position == 0:
-                self.check_done(tp)
-                self.throttler.maybe_throttle(len(chunk))
-                read += len(chunk)
             last_offset = header.base_offset + header.last_offset_delta
             if last_offset < start:
                 continue
             if header.base_offset >= next_segment_start:
                 break
             if not header.attributes & CONTROL_FLAG_MASK:
-                offsets, keys, _ = read_keys(chunk, header)
-                stats.map_messages_read += len(offsets)
-                if len(entries) + len(offsets) < max_desired and offsets and offsets[0] >= start:
-                    # Room for the whole batch: the common case, at C speed when every key
-                    # is its own digest.
-                    present: list[bytes]
-                    if None in keys:
-                        present = [k for k in keys if k is not None]
-                        at = [o for k, o in zip(keys, offsets, strict=True) if k is not None]
-                    else:
-                        present = keys  # type: ignore[assignment]  # no None in it
-                        at = offsets
-                    if max(map(len, present), default=0) <= DIGEST_SIZE:
-                        entries.update(zip(present, at, strict=True))
-                    else:
-                        entries.update(zip(map(key_digest, present), at, strict=True))
+                data, pos, end = records_section(chunk, header, False)
+                count = header.records_count
+                if len(table) + count < max_desired:
+                    # Room for the whole batch: the common case, one call.
+                    stats.map_messages_read += table.map_batch(
+                        data, pos, end, count, header.base_offset, header.position, start
+                    )
                 else:
+                    offsets, keys, _ = read_section_keys(
+                        data, pos, end, count, header.base_offset, header.position
+                    )
+                    stats.map_messages_read += len(offsets)
                     for offset, key in zip(offsets, keys, strict=True):
                         if key is not None and offset >= start:
-                            if len(entries) >= max_desired:
+                            if len(table) >= max_desired:
                                 # Kafka's put moves latestOffset: the map ends at the last put.
                                 stats.map_bytes_read += read
                                 return True
-                            entries[key if len(key) <= DIGEST_SIZE else key_digest(key)] = offset
+                            table.put(key, offset)
                             offset_map.update_latest_offset(offset)
             offset_map.update_latest_offset(last_offset)
         stats.map_bytes_read += read
@@ -339,9 +389,12 @@ class Cleaner:
         current_time: int,
         stats: CleanerStats,
         upper_bound_offset_of_round: int,
+        *,
+        drop_tombstones: bool = True,
     ) -> None:
         """Clean a group into one ``.cleaned`` segment and swap it in (Kafka's
-        ``cleanSegments``)."""
+        ``cleanSegments``); without ``drop_tombstones`` every tombstone stays, its delete
+        horizon passed or not."""
         config = lg.config
         cleaned = LogSegment.open(
             lg.dir,
@@ -354,23 +407,24 @@ class Cleaner:
         try:
             active_producers = lg.last_records_of_active_producers()
             delete_retention_ms = int(config.get("delete.retention.ms"))
-            writer = _SegmentWriter(cleaned, self.throttler, stats)
+            writer = SegmentWriter(cleaned, self.throttler, stats)
             last_dropped: RecordBatchHeader | None = None
             for segment in segments:
-                last_dropped = self._clean_into(
+                last_dropped = self.clean_into(
                     tp,
-                    segment,
+                    segment.log,
                     writer,
                     active_producers,
                     upper_bound_offset_of_round,
                     delete_retention_ms,
                     current_time,
                     stats,
+                    drop_tombstones=drop_tombstones,
                 )
             if last_dropped is not None:
                 # Keep the group's last batch, emptied: the cleaned segment ends where its
                 # group ended (see the module docstring).
-                writer.write(_empty_batch_of(last_dropped), last_dropped)
+                writer.write(empty_batch_of(last_dropped), last_dropped)
             writer.flush()
             cleaned.on_become_inactive_segment()
             cleaned.flush()
@@ -395,29 +449,56 @@ class Cleaner:
             # else: a rename failed mid-swap; loading the log completes or undoes it.
             raise
 
-    def _clean_into(
+    def clean_into(
         self,
         tp: TopicPartition,
-        segment: LogSegment,
-        writer: _SegmentWriter,
+        records: FileRecords,
+        writer: SegmentWriter,
         active_producers: Mapping[int, tuple[int, int]],
         upper_bound_offset_of_round: int,
         delete_retention_ms: int,
         current_time: int,
         stats: CleanerStats,
+        *,
+        drop_tombstones: bool = True,
     ) -> RecordBatchHeader | None:
-        """Copy what stays of ``segment``'s batches to ``writer`` (Kafka's ``cleanInto``);
-        returns the header of the segment's last batch when it was dropped entirely."""
+        """Copy what stays of the batches of ``records`` (a segment's) to ``writer`` (Kafka's
+        ``cleanInto``); returns the header of the last batch when it was dropped entirely.
+
+        The remote compactor calls it too, on a downloaded remote segment."""
         offset_map = self.offset_map
-        entries = offset_map._map
+        table = offset_map.table
         latest_offset = offset_map.latest_offset
         last_dropped: RecordBatchHeader | None = None
-        for chunk, header in _read_batches(
-            segment.log, 0, self.io_buffer_size, self.max_io_buffer_size
+        producers = (
+            active_producers if isinstance(active_producers, dict) else dict(active_producers)
+        )
+
+        def on_chunk(chunk: bytes) -> None:
+            self.check_done(tp)
+            self.throttler.maybe_throttle(len(chunk))
+
+        def skip(chunk: bytes, off: int) -> int:
+            # The batches that go entirely, in one call per run; what it leaves comes below.
+            nonlocal last_dropped
+            off, size, count, invalid, last_pos = table.filter_run(
+                chunk, off, latest_offset, upper_bound_offset_of_round, producers
+            )
+            if last_pos >= 0:
+                stats.bytes_read += size
+                stats.messages_read += count
+                stats.invalid_messages += invalid
+                last_dropped = next(iter_headers(chunk, last_pos))
+            return off
+
+        for chunk, header in read_batches(
+            records,
+            0,
+            self.io_buffer_size,
+            self.max_io_buffer_size,
+            on_chunk=on_chunk,
+            skip=skip,
         ):
-            if header.position == 0:
-                self.check_done(tp)
-                self.throttler.maybe_throttle(len(chunk))
             batch_size = header.size_in_bytes
             stats.bytes_read += batch_size
             attributes = header.attributes
@@ -443,96 +524,117 @@ class Cleaner:
                 last_dropped = None
                 continue
             has_horizon = bool(attributes & DELETE_HORIZON_FLAG_MASK)
-            retain_deletes = not has_horizon or current_time < header.base_timestamp
-            offsets, keys, has_values = read_keys(chunk, header)
-            stats.messages_read += len(offsets)
-            kept: list[int] = []  # indexes of the records that stay
-            contains_tombstones = False
-            if (
-                offsets
-                and offsets[-1] <= latest_offset
-                and None not in keys
-                and max(map(len, keys)) <= DIGEST_SIZE  # type: ignore[arg-type]
-            ):
-                # The common case, as list operations: every record is covered by the map,
-                # has a key that is its own digest; tombstones are looked at only if any.
-                # offset >= map[key] for every record, in C: map(), operator.ge, compress().
-                mapped = map(entries.get, keys, _MINUS_ONES)  # type: ignore[arg-type]
-                stays = list(map(operator.ge, offsets, mapped))  # type: ignore[arg-type]
-                kept = list(compress(range(len(offsets)), stays)) if True in stays else []
-                if kept and False in has_values:
-                    contains_tombstones = any(not has_values[i] for i in kept)
-                    if not retain_deletes:
-                        kept = [i for i in kept if has_values[i]]
-                        contains_tombstones = False
-                offsets_to_check: list[int] = []
+            retain_deletes = (
+                not drop_tombstones or not has_horizon or current_time < header.base_timestamp
+            )
+            data, pos, end = records_section(chunk, header, False)
+            count = header.records_count
+            stats.messages_read += count
+            filtered, tombstones, later_tombstone, invalid = table.filter_batch(
+                data, pos, end, count, header.base_offset, header.position, latest_offset
+            )
+            stats.invalid_messages += invalid
+            if tombstones and not retain_deletes:
+                dropped = set(tombstones)
+                kept = [i for i in (range(count) if filtered is None else filtered)
+                        if i not in dropped]  # fmt: skip
+                contains_tombstones = later_tombstone
             else:
-                offsets_to_check = offsets
-            for i, offset in enumerate(offsets_to_check):
-                if offset > latest_offset:
-                    kept.append(i)
-                    if not has_values[i]:
-                        contains_tombstones = True
-                    continue
-                key = keys[i]
-                if key is None:
-                    stats.invalid_messages += 1
-                    continue
-                found = entries.get(key if len(key) <= DIGEST_SIZE else key_digest(key), -1)
-                if offset >= found:
-                    if has_values[i]:
-                        kept.append(i)
-                    elif retain_deletes:
-                        kept.append(i)
-                        contains_tombstones = True
+                kept = list(range(count)) if filtered is None else filtered
+                contains_tombstones = later_tombstone or bool(tombstones)
             if kept:
                 stats.messages_written += len(kept)
                 need_horizon = contains_tombstones and not has_horizon
-                if len(kept) == len(offsets) and not need_horizon:
+                if len(kept) == count and not need_horizon:
                     writer.write(_slice(chunk, header), header)
                 else:
-                    all_records = read_records(chunk, header)
-                    retained = [all_records[i] for i in kept]
                     if need_horizon:
                         horizon = current_time + delete_retention_ms
                     else:
                         horizon = header.base_timestamp if has_horizon else -1
-                    builder = RecordBatchBuilder(
-                        attributes & COMPRESSION_CODEC_MASK,
-                        base_offset=header.base_offset,
-                        partition_leader_epoch=header.partition_leader_epoch,
-                        producer_id=producer_id,
-                        producer_epoch=header.producer_epoch,
-                        base_sequence=header.base_sequence,
-                        is_transactional=bool(attributes & TRANSACTIONAL_FLAG_MASK),
-                        timestamp_type=1 if attributes & TIMESTAMP_TYPE_MASK else 0,
-                        delete_horizon_ms=horizon,
-                    )
-                    base = header.base_offset
-                    for record in retained:
-                        builder.append(
-                            record.timestamp,
-                            record.key,
-                            record.value,
-                            record.headers,
-                            offset_delta=record.offset - base,
-                        )
-                    builder.override_last_offset(last_offset)
-                    writer.write(builder.build(), header)
+                    writer.write(retained_batch(chunk, header, kept, horizon), header)
                 last_dropped = None
             elif retain_empty:
-                writer.write(_empty_batch_of(header), header)
+                writer.write(empty_batch_of(header), header)
                 last_dropped = None
             else:
                 last_dropped = header
         return last_dropped
 
 
+def retained_batch(chunk: bytes, header: RecordBatchHeader, kept: list[int], horizon: int) -> bytes:
+    """The batch ``header`` (in ``chunk``) keeping only the records at the indexes ``kept``
+    (ascending, at least one), as Kafka's ``filterTo`` writes it: same compression,
+    baseOffset, lastOffsetDelta, producer id/epoch, baseSequence, leader epoch; the first kept
+    record's timestamp as baseTimestamp, or the delete horizon ``horizon`` (>= 0) with the
+    hasDeleteHorizonMs attribute; a new CRC. An uncompressed batch goes through the compiled
+    record rewrite when it is built (the same bytes: :func:`retained_batch_py` is the
+    reference)."""
+    attributes = header.attributes
+    if _rebuild_records is None or attributes & COMPRESSION_CODEC_MASK:
+        return retained_batch_py(chunk, header, kept, horizon)
+    data, pos, end = records_section(chunk, header, False)
+    log_append_time = header.max_timestamp if attributes & TIMESTAMP_TYPE_MASK else -1
+    payload, base_timestamp, max_timestamp = _rebuild_records(
+        data, pos, end, header.records_count, header.position, kept,
+        header.base_timestamp, horizon, log_append_time,
+    )  # fmt: skip
+    new_attributes = attributes & (TIMESTAMP_TYPE_MASK | TRANSACTIONAL_FLAG_MASK)
+    if horizon >= 0:
+        new_attributes |= DELETE_HORIZON_FLAG_MASK
+    head = HEADER_STRUCT.pack(
+        header.base_offset,
+        RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(payload),
+        header.partition_leader_epoch,
+        CURRENT_MAGIC,
+        0,
+        new_attributes,
+        header.last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        len(kept),
+    )
+    crc = _crc32c.crc32c(payload, value=_crc32c.crc32c(head[CRC_START:]))
+    return b"".join((head[:CRC_OFFSET], crc.to_bytes(4, "big"), head[CRC_START:], payload))
+
+
+def retained_batch_py(
+    chunk: bytes, header: RecordBatchHeader, kept: list[int], horizon: int
+) -> bytes:
+    """:func:`retained_batch` by decoding the batch and building a new one (the reference;
+    compressed batches always take it)."""
+    attributes = header.attributes
+    all_records = read_records(chunk, header)
+    builder = RecordBatchBuilder(
+        attributes & COMPRESSION_CODEC_MASK,
+        base_offset=header.base_offset,
+        partition_leader_epoch=header.partition_leader_epoch,
+        producer_id=header.producer_id,
+        producer_epoch=header.producer_epoch,
+        base_sequence=header.base_sequence,
+        is_transactional=bool(attributes & TRANSACTIONAL_FLAG_MASK),
+        timestamp_type=1 if attributes & TIMESTAMP_TYPE_MASK else 0,
+        delete_horizon_ms=horizon,
+    )
+    base = header.base_offset
+    for i in kept:
+        record = all_records[i]
+        builder.append(
+            record.timestamp, record.key, record.value, record.headers,
+            offset_delta=record.offset - base,
+        )  # fmt: skip
+    builder.override_last_offset(header.base_offset + header.last_offset_delta)
+    return builder.build()
+
+
 def _slice(chunk: bytes, header: RecordBatchHeader) -> memoryview:
     return memoryview(chunk)[header.position : header.position + header.size_in_bytes]
 
 
-def _empty_batch_of(header: RecordBatchHeader) -> bytes:
+def empty_batch_of(header: RecordBatchHeader) -> bytes:
     return build_empty_batch(
         base_offset=header.base_offset,
         last_offset=header.base_offset + header.last_offset_delta,
@@ -547,7 +649,7 @@ def _empty_batch_of(header: RecordBatchHeader) -> bytes:
     )
 
 
-class _SegmentWriter:
+class SegmentWriter:
     """Buffers the batches of a cleaned segment and appends them about every
     ``index.interval.bytes``, so the cleaned segment is indexed as densely as an appended one.
     Not thread-safe."""

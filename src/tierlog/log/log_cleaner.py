@@ -69,14 +69,18 @@ class LogCleaner:
         self.throttler = Throttler(config.max_io_bytes_per_second, sleep=self._stopping.wait)
         self._rounds = 0
         self._rounds_cond = threading.Condition()
+        #: Per thread, the statistics of its last finished round (Kafka's ``lastStats``).
+        self._last_stats: list[CleanerStats | None] = []
+        self._dead_threads = 0
 
     def startup(self) -> None:
         log.info("starting the log cleaner with %d threads", self.config.num_threads)
         self._stopping.clear()
+        self._last_stats = [None] * self.config.num_threads
         for i in range(self.config.num_threads):
             t = threading.Thread(
                 target=self._run,
-                args=(self._new_cleaner(),),
+                args=(self._new_cleaner(), i),
                 name=f"kafka-log-cleaner-thread-{i}",
                 daemon=True,
             )
@@ -127,13 +131,30 @@ class LogCleaner:
             raise LogCleaningAbortedError("the log cleaner is shutting down")
         self.cleaner_manager.check_cleaning_aborted(tp)
 
-    def _run(self, cleaner: Cleaner) -> None:
+    def last_stats(self) -> list[CleanerStats | None]:
+        """Each thread's last finished round (None: none yet); for the metrics."""
+        return list(self._last_stats)
+
+    def dead_thread_count(self) -> int:
+        """Cleaner threads that died (Kafka's ``DeadThreadCount``)."""
+        return self._dead_threads
+
+    def _run(self, cleaner: Cleaner, index: int = 0) -> None:
+        try:
+            self._loop(cleaner, index)
+        except BaseException:
+            self._dead_threads += 1
+            raise
+
+    def _loop(self, cleaner: Cleaner, index: int) -> None:
         while not self._stopping.is_set():
             try:
                 cleaned = self.try_clean_filthiest_log(cleaner)
             except Exception:  # keep the thread alive; the next round retries
                 log.exception("log cleaner round failed")
                 cleaned = False
+            if cleaner.last_stats is not None and index < len(self._last_stats):
+                self._last_stats[index] = cleaner.last_stats
             with self._rounds_cond:
                 self._rounds += 1
                 self._rounds_cond.notify_all()
@@ -150,7 +171,7 @@ class LogCleaner:
         tp = cleanable.topic_partition
         end_offset = cleanable.first_dirty_offset
         try:
-            end_offset, _stats = cleaner.clean(cleanable)
+            end_offset, cleaner.last_stats = cleaner.clean(cleanable)
         except LogCleaningAbortedError as e:
             log.info("cleaning of %s-%d aborted: %s", tp[0], tp[1], e)
         except OSError as e:

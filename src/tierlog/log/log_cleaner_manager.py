@@ -189,6 +189,8 @@ class LogCleanerManager:
         self._uncleanable: set[TopicPartition] = set()
         #: Cleanable ratio of the dirtiest log at the last grab (Kafka's max-dirty-percent).
         self.dirtiest_log_cleanable_ratio = 0.0
+        #: When a cleaner thread last looked for work, ms (-1: never); Kafka's timeOfLastRun.
+        self.time_of_last_run_ms = -1
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -245,6 +247,7 @@ class LogCleanerManager:
         reaches its ``min.cleanable.dirty.ratio`` or ``max.compaction.lag.ms``."""
         now = self._time_ms() if now is None else now
         with self._lock:
+            self.time_of_last_run_ms = now
             last_clean: dict[TopicPartition, int] = {}
             for checkpoint in self._checkpoints.values():
                 last_clean.update(self._read(checkpoint))
@@ -318,6 +321,31 @@ class LogCleanerManager:
                 else:
                     self._in_progress[tp] = state - 1
 
+    def try_pause_cleaning(self, tp: TopicPartition) -> bool:
+        """Keep the cleaner off ``tp`` until :meth:`resume_cleaning`, without waiting or
+        aborting: False (nothing changed) when a clean of ``tp`` is in progress. The remote
+        log manager pauses a tiered compacted log while it copies its segments or reads them
+        for remote re-compaction (see :mod:`tierlog.tiered.remote_log_compactor`)."""
+        with self._lock:
+            state = self._in_progress.get(tp)
+            if state is None:
+                self._in_progress[tp] = 1
+                return True
+            if isinstance(state, int):
+                self._in_progress[tp] = state + 1
+                return True
+            return False
+
+    def first_dirty_offset(self, tp: TopicPartition) -> int | None:
+        """``tp``'s checkpointed first dirty offset (None: never cleaned): every offset below
+        it has been cleaned at least once."""
+        with self._lock:
+            for checkpoint in self._checkpoints.values():
+                offset = self._read(checkpoint).get(tp)
+                if offset is not None:
+                    return offset
+            return None
+
     def abort_cleaning(self, tp: TopicPartition, timeout: float | None = None) -> None:
         """Stop a clean of ``tp`` in progress (it may start again later)."""
         with self._lock:
@@ -336,6 +364,26 @@ class LogCleanerManager:
         """Never pick ``tp`` again (an unexpected error while cleaning it)."""
         with self._lock:
             self._uncleanable.add(tp)
+
+    def time_since_last_run_ms(self) -> int:
+        """Since a cleaner thread last looked for work (0: never); Kafka's
+        time-since-last-run-ms."""
+        last = self.time_of_last_run_ms
+        return max(0, self._time_ms() - last) if last >= 0 else 0
+
+    def uncleanable_by_log_dir(self) -> dict[Path, tuple[int, int]]:
+        """Per log dir: (uncleanable partitions, their bytes); Kafka's
+        uncleanable-partitions-count and uncleanable-bytes. Every log dir appears."""
+        with self._lock:
+            out = {d: (0, 0) for d in self._checkpoints}
+            logs = self._logs()
+            for tp in self._uncleanable:
+                lg = logs.get(tp)
+                if lg is None:
+                    continue
+                n, b = out.get(lg.dir.parent, (0, 0))
+                out[lg.dir.parent] = (n + 1, b + lg.segments.size_in_bytes())
+            return out
 
     def uncleanable_partitions(self) -> set[TopicPartition]:
         with self._lock:

@@ -207,6 +207,23 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             None,
         ),
         ConfigDef(
+            "remote.log.compaction.interval.ms",
+            "long",
+            300_000,
+            "log.remote.compaction.interval.ms",
+            "tierlog: how often the remote segments of a compacted topic are compacted again.",
+            _at_least(0),
+        ),
+        ConfigDef(
+            "remote.log.compaction.lag.ms",
+            "long",
+            -1,
+            "log.remote.compaction.lag.ms",
+            "tierlog: a cleaned segment of a compacted topic is copied to remote storage once "
+            "its newest record is this old (-1: max.compaction.lag.ms when set, else 0).",
+            _at_least(-1),
+        ),
+        ConfigDef(
             "remote.storage.enable",
             "boolean",
             False,
@@ -414,10 +431,6 @@ class LogConfig:
             raise ConfigError(
                 "local.retention.bytes",
                 f"value {local_bytes} must not be more than retention.bytes {retention_bytes}",
-            )
-        if v["remote.storage.enable"] and "compact" in v["cleanup.policy"]:
-            raise ConfigError(
-                "remote.storage.enable", "remote storage is not supported for compacted topics"
             )
 
     def get(self, name: str) -> Any:

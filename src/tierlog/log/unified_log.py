@@ -684,7 +684,8 @@ class UnifiedLog(LocalLog):
                 return 0
             now = self._time_ms() if now_ms is None else now_ms
             deleted = self._delete_log_start_offset_breached_segments()
-            if self._config.delete_enabled:
+            # A tiered compacted log (tierlog) applies local retention to what is tiered.
+            if self._config.delete_enabled or self.remote_log_copy_enabled:
                 deleted += self._delete_retention_size_breached_segments()
                 deleted += self._delete_retention_ms_breached_segments(now)
             return deleted

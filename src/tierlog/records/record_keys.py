@@ -24,7 +24,14 @@ from tierlog.records.record_batch import (
 )
 from tierlog.records.varint import decode_varint
 
-__all__ = ["HAS_KEYS_SPEEDUPS", "read_keys", "read_keys_py"]
+__all__ = [
+    "HAS_KEYS_SPEEDUPS",
+    "read_keys",
+    "read_keys_py",
+    "read_section_keys",
+    "read_section_keys_py",
+    "records_section",
+]
 
 Buffer = bytes | bytearray | memoryview
 # attributes + timestampDelta + offsetDelta + keyLength + valueLength + headerCount, 1 byte each
@@ -51,11 +58,20 @@ def read_keys(
     :func:`read_keys_py`), through the compiled twin of its record loop when it is built."""
     if _read_keys_c is None:
         return read_keys_py(buf, header, bounded=bounded)
-    data, pos, end = _records_section(buf, header, bounded)
+    data, pos, end = records_section(buf, header, bounded)
     return _read_keys_c(data, pos, end, header.records_count, header.base_offset, header.position)
 
 
-def _records_section(
+def read_section_keys(
+    data: bytes, pos: int, end: int, count: int, base_offset: int, position: int
+) -> tuple[list[int], list[bytes | None], list[bool]]:
+    """:func:`read_section_keys_py` through the compiled record loop when it is built."""
+    if _read_keys_c is None:
+        return read_section_keys_py(data, pos, end, count, base_offset, position)
+    return _read_keys_c(data, pos, end, count, base_offset, position)
+
+
+def records_section(
     buf: Buffer, header: RecordBatchHeader, bounded: bool
 ) -> tuple[bytes, int, int]:
     """(bytes, start, end) of the batch's records, decompressed when needed."""
@@ -85,9 +101,23 @@ def read_keys_py(
         InvalidRecord: a record count the data contradicts.
         UnsupportedCompressionType: unknown codec in the attributes.
     """
-    data, pos, end = _records_section(buf, header, bounded)
-    count = header.records_count
-    base_offset = header.base_offset
+    data, pos, end = records_section(buf, header, bounded)
+    return read_section_keys_py(
+        data, pos, end, header.records_count, header.base_offset, header.position
+    )
+
+
+def read_section_keys_py(
+    data: bytes, pos: int, end: int, count: int, base_offset: int, position: int
+) -> tuple[list[int], list[bytes | None], list[bool]]:
+    """:func:`read_keys_py` on a records section (``data[pos:end]``, decompressed, as
+    :func:`records_section` gives it) of ``count`` records from ``base_offset``, of the
+    batch at byte ``position`` (for error messages).
+
+    Raises:
+        CorruptRecordError: records that cannot be parsed.
+        InvalidRecord: a record count the data contradicts.
+    """
     offsets: list[int] = []
     keys: list[bytes | None] = []
     has_values: list[bool] = []
@@ -96,7 +126,7 @@ def read_keys_py(
         for i in range(count):
             if pos >= end:
                 raise InvalidRecord(
-                    f"record batch at {header.position} declares {count} records "
+                    f"record batch at {position} declares {count} records "
                     f"but its data ends after {i}"
                 )
             b = data[pos]
@@ -108,7 +138,7 @@ def read_keys_py(
             record_end = pos + length
             if length < _MIN_RECORD_BODY or record_end > end:
                 raise CorruptRecordError(
-                    f"record {i} of batch at {header.position} has length {length}, "
+                    f"record {i} of batch at {position} has length {length}, "
                     f"{end - pos} bytes remain"
                 )
             pos += 1  # attributes
@@ -133,22 +163,22 @@ def read_keys_py(
                 field_end = pos + size
                 if field_end > record_end:
                     raise CorruptRecordError(
-                        f"key of {size} bytes runs past record {i} of batch at {header.position}"
+                        f"key of {size} bytes runs past record {i} of batch at {position}"
                     )
                 key = data[pos:field_end]
                 pos = field_end
             b = data[pos]
             if pos >= record_end:
-                raise CorruptRecordError(f"record {i} of batch at {header.position} is truncated")
+                raise CorruptRecordError(f"record {i} of batch at {position} is truncated")
             offsets.append(base_offset + offset_delta)
             keys.append(key)
             # valueLength is -1 (ZigZag 0x01) for a null value
             has_values.append(b != 1)
             pos = record_end
     except IndexError:
-        raise CorruptRecordError(f"record {i} of batch at {header.position} is truncated") from None
+        raise CorruptRecordError(f"record {i} of batch at {position} is truncated") from None
     if pos != end:
         raise InvalidRecord(
-            f"record batch at {header.position} has {end - pos} bytes after its {count} records"
+            f"record batch at {position} has {end - pos} bytes after its {count} records"
         )
     return offsets, keys, has_values

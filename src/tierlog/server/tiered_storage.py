@@ -60,6 +60,7 @@ from tierlog.tiered.remote_log_segment_metadata import TopicIdPartition
 
 if TYPE_CHECKING:
     from tierlog.log.log import Log
+    from tierlog.log.log_cleaner_manager import LogCleanerManager
     from tierlog.log.log_manager import LogManager
     from tierlog.log.topic_registry import TopicInfo
     from tierlog.server.kafka_config import KafkaConfig
@@ -232,6 +233,7 @@ class TieredStorage:
             RemoteStorageError: the metadata manager could not load a partition.
             OSError: a cache directory or the metrics port cannot be used.
         """
+        from tierlog.log.cleaner_metrics import register_cleaner_metrics
         from tierlog.tiered.metrics import start_metrics_server
         from tierlog.tiered.remote_index_cache import DIR_NAME, RemoteIndexCache
         from tierlog.tiered.remote_log_manager import RemoteLogManager, RemoteLogManagerConfig
@@ -262,7 +264,10 @@ class TieredStorage:
             index_cache,
             self.log_lookup,
             c.node_id,
+            cleaner_coordination=self._cleaner_manager,
         )
+        # The log cleaner's gauges are served by the same endpoint.
+        register_cleaner_metrics(self.rlm.metrics.registry, lambda: self.log_manager.cleaner)
         if c.metrics_port:
             host = c.listeners[0].host if c.listeners and c.listeners[0].host else "127.0.0.1"
             self.metrics_server = start_metrics_server(
@@ -314,6 +319,11 @@ class TieredStorage:
                 lg.maybe_increment_log_start_offset(target)
 
     # ------------------------------------------------------------------ partitions
+
+    def _cleaner_manager(self) -> LogCleanerManager | None:
+        """The log cleaner's manager (compacted topics tier only once cleaned), if it runs."""
+        cleaner = self.log_manager.cleaner
+        return None if cleaner is None else cleaner.cleaner_manager
 
     def log_lookup(self, tp: TopicIdPartition) -> Log | None:
         """The partition's Log on this broker, if its topic id matches (thread-safe)."""
