@@ -219,6 +219,16 @@ class TopicAuthorizationFailed(ApiError):
     description = "Topic authorization failed."
 
 
+class GroupAuthorizationFailed(ApiError):
+    error_code = 30
+    description = "Group authorization failed."
+
+
+class ClusterAuthorizationFailed(ApiError):
+    error_code = 31
+    description = "Cluster authorization failed."
+
+
 class InvalidTimestamp(ApiError):
     error_code = 32
     description = "The timestamp of the message is out of acceptable range."
@@ -381,6 +391,16 @@ class OffsetMovedToTieredStorage(ApiError):
 class TransactionalIdNotFound(ApiError):
     error_code = 105
     description = "The transactionalId could not be found."
+
+
+class TransactionalIdAuthorizationFailed(ApiError):
+    error_code = 53
+    description = "Transactional Id authorization failed."
+
+
+class SecurityDisabled(ApiError):
+    error_code = 54
+    description = "Security features are disabled."
 
 
 class UnsupportedSaslMechanism(ApiError):

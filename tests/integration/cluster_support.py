@@ -304,12 +304,22 @@ class Cluster:
         return set(md.brokers)
 
     def partitions(self, topic: str) -> dict[int, Any]:
-        """confluent-kafka's PartitionMetadata (leader, replicas, isrs) per partition."""
-        md = self.admin().list_topics(topic, timeout=5)
-        t = md.topics[topic]
-        if t.error is not None:
-            raise RuntimeError(str(t.error))
-        return dict(t.partitions)
+        """confluent-kafka's PartitionMetadata (leader, replicas, isrs) per partition.
+
+        A broker learns of a topic from its ZooKeeper watch a moment after the one that
+        created it answered (Kafka's metadata propagates the same way): while the broker
+        asked has not, it answers LEADER_NOT_AVAILABLE or UNKNOWN_TOPIC_OR_PARTITION and the
+        question is asked again, as a client would."""
+
+        def known() -> dict[int, Any] | None:
+            t = self.admin().list_topics(topic, timeout=5).topics[topic]
+            if t.error is not None:
+                if t.error.code() in (3, 5):  # UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE
+                    return None
+                raise RuntimeError(str(t.error))
+            return dict(t.partitions)
+
+        return wait_for(f"{topic} in the metadata", known, 30)
 
     def create_topic(self, name: str, partitions: int = 3, rf: int = 3, **configs: str) -> None:
         admin = self.admin()  # kept alive until the result is in

@@ -74,7 +74,7 @@ ISSUE_9 = {
 # issue 12: listener security
 ISSUE_12 = {
     "SaslHandshake", "SaslAuthenticate", "DescribeUserScramCredentials",
-    "AlterUserScramCredentials",
+    "AlterUserScramCredentials", "DescribeAcls", "CreateAcls", "DeleteAcls",
 }  # fmt: skip
 # issue 15: the admin APIs operators use
 ISSUE_15 = {"DescribeLogDirs"}

@@ -79,6 +79,9 @@ class ApiKey(enum.IntEnum):
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
     DESCRIBE_LOG_DIRS = 35
@@ -120,6 +123,10 @@ ADVERTISED: Final[Mapping[int, tuple[int, int]]] = MappingProxyType(
         ApiKey.DELETE_RECORDS: (0, 2),  # 2/2/2/1
         ApiKey.INIT_PRODUCER_ID: (0, 4),  # 4/4/0/1; kio 0-6 (v5+ is KIP-890/939)
         ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),  # 4/2/-/-; kio 2-4 (Kafka 3.7: 0-4)
+        # kio has v1-3 (Kafka 4 dropped v0); librdkafka and kafka-python send v1.
+        ApiKey.DESCRIBE_ACLS: (1, 3),
+        ApiKey.CREATE_ACLS: (1, 3),
+        ApiKey.DELETE_ACLS: (1, 3),
         ApiKey.DESCRIBE_CONFIGS: (1, 4),  # 4/1/2/2; kio 1-4
         ApiKey.ALTER_CONFIGS: (0, 2),  # 2/2/1/1
         ApiKey.DESCRIBE_LOG_DIRS: (1, 4),  # kio 1-5 (v5 is KIP-1005's, not needed)

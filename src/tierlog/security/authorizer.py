@@ -1,5 +1,6 @@
 """ACLs with Kafka's model, sans-IO: bindings, filters and the authorization decision (Kafka's
-``AclAuthorizer``/``StandardAuthorizer`` semantics). Not wired to the handlers yet.
+``AclAuthorizer``/``StandardAuthorizer`` semantics). The broker wires it to the handlers through
+:mod:`tierlog.security.acl_checks`.
 
 An :class:`AclBinding` is a :class:`ResourcePattern` (resource type, name, LITERAL or PREFIXED)
 and an :class:`AccessControlEntry` (principal, host, operation, ALLOW or DENY). A request by
@@ -223,6 +224,10 @@ class AclAuthorizer:
         self.super_users = frozenset(super_users)
         self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
         self._by_type: dict[ResourceType, dict[AclBinding, None]] = {}
+        # (type, LITERAL or PREFIXED, name) -> bindings: built on the first decision after a
+        # change, so a decision looks up the name, ``*`` and each prefix of the name
+        # (O(len(name))) instead of scanning every binding of the type.
+        self._index: dict[tuple[ResourceType, PatternType, str], list[AclBinding]] | None = None
 
     @staticmethod
     def parse_super_users(value: str | None) -> frozenset[str]:
@@ -240,12 +245,14 @@ class AclAuthorizer:
             b.validate()
         for b in items:
             self._by_type.setdefault(b.pattern.resource_type, {})[b] = None
+        self._index = None
 
     def remove_acls(self, f: AclBindingFilter) -> list[AclBinding]:
         """Remove and return the bindings ``f`` matches."""
         removed = self.acls(f)
         for b in removed:
             self._by_type.get(b.pattern.resource_type, {}).pop(b, None)
+        self._index = None
         return removed
 
     def acls(self, f: AclBindingFilter | None = None) -> list[AclBinding]:
@@ -270,11 +277,7 @@ class AclAuthorizer:
         who = str(principal)
         if who in self.super_users:
             return True
-        applying = [
-            b
-            for b in self._by_type.get(resource_type, {})
-            if b.pattern.matches(resource_type, name)
-        ]
+        applying = self._applying(resource_type, name)
         if not applying:
             return self.allow_everyone_if_no_acl_found
         mine = [
@@ -293,3 +296,66 @@ class AclAuthorizer:
         return any(
             e.permission_type == AclPermissionType.ALLOW and e.operation in allowed_by for e in mine
         )
+
+    def authorize_by_resource_type(
+        self,
+        principal: KafkaPrincipal | str,
+        host: str,
+        operation: AclOperation,
+        rtype: ResourceType,
+    ) -> bool:
+        """Whether ``principal`` may do ``operation`` on *some* resource of ``rtype`` (Kafka's
+        ``authorizeByResourceType``, KIP-679: an idempotent producer's InitProducerId is allowed
+        with WRITE on any topic): an ALLOW for it on any pattern, unless a DENY on the wildcard
+        resource (``*``) covers every name."""
+        who = str(principal)
+        if who in self.super_users:
+            return True
+        bindings = self._by_type.get(rtype, {})
+        if not bindings:
+            return self.allow_everyone_if_no_acl_found
+        ops = {operation, AclOperation.ALL}
+        mine = [
+            b
+            for b in bindings
+            if b.entry.principal in (who, WILDCARD_PRINCIPAL)
+            and b.entry.host in (host, WILDCARD_HOST)
+            and b.entry.operation in ops
+        ]
+        if any(
+            b.entry.permission_type == AclPermissionType.DENY
+            and b.pattern.pattern_type == PatternType.LITERAL
+            and b.pattern.name == WILDCARD_RESOURCE
+            for b in mine
+        ):
+            return False
+        return any(b.entry.permission_type == AclPermissionType.ALLOW for b in mine)
+
+    def replace_acls(self, bindings: Iterable[AclBinding]) -> None:
+        """Hold exactly ``bindings`` (a reload from the store; invalid ones are skipped)."""
+        by_type: dict[ResourceType, dict[AclBinding, None]] = {}
+        for b in bindings:
+            try:
+                b.validate()
+            except InvalidAclError:
+                continue
+            by_type.setdefault(b.pattern.resource_type, {})[b] = None
+        self._by_type = by_type
+        self._index = None
+
+    def _applying(self, resource_type: ResourceType, name: str) -> list[AclBinding]:
+        """The bindings whose pattern matches the resource (literal name, ``*``, prefixes)."""
+        index = self._index
+        if index is None:
+            index = {}
+            for bindings in self._by_type.values():
+                for b in bindings:
+                    p = b.pattern
+                    index.setdefault((p.resource_type, p.pattern_type, p.name), []).append(b)
+            self._index = index
+        out = list(index.get((resource_type, PatternType.LITERAL, name), ()))
+        if name != WILDCARD_RESOURCE:
+            out += index.get((resource_type, PatternType.LITERAL, WILDCARD_RESOURCE), ())
+        for i in range(1, len(name) + 1):
+            out += index.get((resource_type, PatternType.PREFIXED, name[:i]), ())
+        return out

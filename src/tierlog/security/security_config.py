@@ -35,6 +35,7 @@ from tierlog.server.config_def import (
 )
 
 __all__ = [
+    "AUTHORIZER_CLASS_NAMES",
     "LISTENER_PREFIX",
     "SECURITY_CONFIGS",
     "SECURITY_PROTOCOLS",
@@ -60,6 +61,24 @@ def _mapping_rules(v: Any) -> str | None:
     except ValueError as e:
         return str(e)
     return None
+
+
+AUTHORIZER_CLASS_NAMES = (
+    "kafka.security.authorizer.AclAuthorizer",
+    "kafka.security.auth.SimpleAclAuthorizer",
+    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+)
+
+
+def _authorizer_class(v: Any) -> str | None:
+    if not v or str(v).strip() in AUTHORIZER_CLASS_NAMES:
+        return None
+    return f"tierlog's authorizer is built in: use one of {', '.join(AUTHORIZER_CLASS_NAMES)}"
+
+
+def _super_users(v: Any) -> str | None:
+    bad = [p for p in str(v or "").split(";") if p.strip() and ":" not in p.strip()[1:-1]]
+    return f"{', '.join(bad)}: a principal is Type:name (User:admin)" if bad else None
 
 
 def _mechanisms(v: Any) -> str | None:
@@ -131,6 +150,15 @@ SECURITY_CONFIGS: tuple[BrokerConfigDef, ...] = (
            "Security protocol brokers use to each other (cluster mode)."),
     define("sasl.server.max.receive.size", "int", 524_288, at_least(1),
            "Largest request frame accepted before a SASL connection has authenticated."),
+    # --- ACLs (Kafka's AclAuthorizer / StandardAuthorizer)
+    define("authorizer.class.name", "string", "", _authorizer_class,
+           "Turns ACLs on: kafka.security.authorizer.AclAuthorizer or "
+           "org.apache.kafka.metadata.authorizer.StandardAuthorizer (both the same built-in "
+           "authorizer); empty: no authorization, every request is allowed."),
+    define("super.users", "string", "", _super_users,
+           "Principals allowed everything, separated by semicolons: User:admin;User:ops."),
+    define("allow.everyone.if.no.acl.found", "boolean", False, None,
+           "The answer for a resource no ACL applies to (false: only super users)."),
     ignored("principal.builder.class", "string", None, None,
             "principals are built as Kafka's DefaultKafkaPrincipalBuilder does"),
     ignored("sasl.server.callback.handler.class", "string", None, None, _NO_PLUGINS),

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from tierlog.cluster.kafka_zk_client import KafkaZkClient
     from tierlog.cluster.partition import Partition
     from tierlog.cluster.zk_broker import ZkBroker
+    from tierlog.security.acl_checks import BrokerAuthorizer
 
 __all__ = ["Broker", "main", "run"]
 
@@ -162,6 +163,7 @@ class Broker:
         )
         await gc.start(cluster=zk_broker is not None)
         self.group_coordinator = gc
+        authorizer = await self._start_authorizer()
 
         server = SocketServer(
             self._handle,
@@ -206,6 +208,7 @@ class Broker:
             admin=admin,
             credentials=credentials,
             endpoints=endpoints,
+            authorizer=authorizer,
         )
         if zk_broker is not None:
             await self._join_cluster(zk_broker, rm, gc)
@@ -266,6 +269,32 @@ class Broker:
             for p in t.partitions.values()
             if p.leader < 0 or p.leader not in alive
         )
+
+    async def _start_authorizer(self) -> BrokerAuthorizer | None:
+        """The ACLs (authorizer.class.name): a file in the first log dir on a single node,
+        ZooKeeper's /kafka-acl in a cluster (watched for other brokers' changes); loaded
+        before the listeners open. None without an authorizer."""
+        from tierlog.security.acl_checks import BrokerAuthorizer, authorizer_from_config
+        from tierlog.security.acl_store import AclStore, LocalAclStore
+
+        rules = authorizer_from_config(self.config)
+        if rules is None:
+            return None
+        store: AclStore
+        zk_store = None
+        if self.zk is not None:
+            from tierlog.security.zk_acl_store import ZkAclStore
+
+            zk_store = ZkAclStore(self.zk)
+            await asyncio.to_thread(zk_store.ensure_paths)
+            store = zk_store
+        else:
+            store = LocalAclStore.in_log_dir(self.config.log_dirs[0])
+        authorizer = BrokerAuthorizer(rules, store)
+        await authorizer.start()
+        if zk_store is not None:
+            await asyncio.to_thread(zk_store.watch, authorizer.changed)
+        return authorizer
 
     # ----------------------------------------------------------------- the cluster
 

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from tierlog.coordinator.group.group_coordinator import GroupCoordinator
     from tierlog.log.log_config import LogConfig
     from tierlog.log.log_manager import LogManager
+    from tierlog.security.acl_checks import BrokerAuthorizer
     from tierlog.security.credential_store import CredentialStore
     from tierlog.server.kafka_config import KafkaConfig
     from tierlog.server.producer_id_manager import ProducerIdManager
@@ -155,6 +156,7 @@ class KafkaApis:
         admin: ZkAdminManager | None = None,
         credentials: CredentialStore | None = None,
         endpoints: Mapping[str, BrokerEndpoint] | None = None,
+        authorizer: BrokerAuthorizer | None = None,
     ) -> None:
         self.config = config
         self.log_manager = log_manager
@@ -184,6 +186,8 @@ class KafkaApis:
         self.principal: KafkaPrincipal = ANONYMOUS
         #: SCRAM credentials (AlterUserScramCredentials); None: the APIs answer with an error.
         self.credentials = credentials
+        #: ACLs (authorizer.class.name); None: every request is allowed, at no cost.
+        self.authorizer = authorizer
         from tierlog.server.handlers import HANDLERS
 
         self._handlers: dict[int, Handler] = dict(HANDLERS)

@@ -7,6 +7,7 @@ from types import MappingProxyType
 from typing import Any
 
 from tierlog.server.handlers import (
+    acls,
     admin,
     cluster_admin,
     fetch,
@@ -42,6 +43,9 @@ HANDLERS: Mapping[int, Callable[[Any, Any], Any]] = MappingProxyType(
         21: admin.handle_delete_records,
         22: producer.handle_init_producer_id,
         23: replication.handle_offset_for_leader_epoch,
+        29: acls.handle_describe_acls,
+        30: acls.handle_create_acls,
+        31: acls.handle_delete_acls,
         32: admin.handle_describe_configs,
         33: admin.handle_alter_configs,
         35: log_dirs.handle_describe_log_dirs,

@@ -31,6 +31,12 @@ from tierlog.errors import (
 )
 from tierlog.log.log_config import TOPIC_CONFIGS, LogConfig, format_value
 from tierlog.log.topic_registry import NewTopic
+from tierlog.security.acl_checks import (
+    require_config_resource,
+    require_create_topic,
+    require_topic,
+)
+from tierlog.security.authorizer import AclOperation
 from tierlog.server.handlers._build import build
 from tierlog.server.kafka_apis import response_class
 from tierlog.server.replica_manager import INTERNAL_TOPICS
@@ -150,6 +156,7 @@ def handle_create_topics(apis: KafkaApis, ev: Request) -> Any:
         try:
             if names.count(t.name) > 1:
                 raise InvalidRequest(f"topic {t.name} is listed more than once")
+            require_create_topic(apis, t.name)
             num = t.num_partitions
             rf = t.replication_factor
             if t.assignments:
@@ -237,6 +244,7 @@ def handle_delete_topics(apis: KafkaApis, ev: Request) -> Any:
                 if name is None:
                     raise UnknownTopicId()
                 res["name"] = name
+            require_topic(apis, AclOperation.DELETE, name)
             info = lm.topic(name)
             if info is None:
                 raise UnknownTopicOrPartition()
@@ -274,6 +282,7 @@ def handle_create_partitions(apis: KafkaApis, ev: Request) -> Any:
     for t in req.topics:
         res: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None}
         with _answered_per_resource(res, f"create partitions of {t.name}"):
+            require_topic(apis, AclOperation.ALTER, t.name)
             info = lm.topic(t.name)
             if info is None:
                 raise UnknownTopicOrPartition()
@@ -324,6 +333,7 @@ def handle_delete_records(apis: KafkaApis, ev: Request) -> Any:
                 "error_code": 0,
             }
             try:
+                require_topic(apis, AclOperation.DELETE, t.name)
                 part = rm.get_partition(t.name, p.partition_index)
                 if part is None:
                     raise UnknownTopicOrPartition()
@@ -468,6 +478,9 @@ def handle_describe_configs(apis: KafkaApis, ev: Request) -> Any:
             "configs": [],
         }
         try:
+            require_config_resource(
+                apis, AclOperation.DESCRIBE_CONFIGS, r.resource_type, r.resource_name
+            )
             if r.resource_type == RESOURCE_TOPIC:
                 config = apis.topic_config(r.resource_name)
                 if config is None:
@@ -574,6 +587,9 @@ def _alter_config_results(
             "resource_name": r.resource_name,
         }
         with _answered_per_resource(res, f"altering the configs of {r.resource_name}"):
+            require_config_resource(
+                apis, AclOperation.ALTER_CONFIGS, r.resource_type, r.resource_name
+            )
             if r.resource_type == RESOURCE_TOPIC:
                 _apply_topic_config(
                     apis,

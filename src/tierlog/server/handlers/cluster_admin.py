@@ -25,6 +25,13 @@ from tierlog.errors import (
     UnknownTopicId,
     UnknownTopicOrPartition,
 )
+from tierlog.security.acl_checks import (
+    cluster_error,
+    identity,
+    require_create_topic,
+    require_topic,
+)
+from tierlog.security.authorizer import AclOperation
 from tierlog.server.handlers._build import build
 from tierlog.server.kafka_apis import response_class
 from tierlog.server.replica_manager import INTERNAL_TOPICS
@@ -70,6 +77,7 @@ def create_topics_in_cluster(apis: KafkaApis, ev: Request) -> Any:
         try:
             if names.count(t.name) > 1:
                 raise InvalidRequest(f"topic {t.name} is listed more than once")
+            require_create_topic(apis, t.name)
             if t.name in INTERNAL_TOPICS:
                 raise InvalidTopic(f"{t.name} is an internal topic")
             configs: dict[str, str] = {}
@@ -125,6 +133,7 @@ def delete_topics_in_cluster(apis: KafkaApis, ev: Request) -> Any:
         wanted: list[tuple[str | None, Any]] = [(n, None) for n in req.topic_names]
     else:
         wanted = [(t.name, t.topic_id) for t in req.topics]
+    who = identity(apis)  # the checks run after awaits
 
     async def respond() -> Any:
         results = []
@@ -139,6 +148,7 @@ def delete_topics_in_cluster(apis: KafkaApis, ev: Request) -> Any:
                     if name is None:
                         raise UnknownTopicId()
                     res["name"] = name
+                require_topic(who, AclOperation.DELETE, name)
                 if not apis.config.delete_topic_enable:
                     res["error_code"] = TOPIC_DELETION_DISABLED
                     res["error_message"] = "topic deletion is disabled (delete.topic.enable=false)"
@@ -162,6 +172,7 @@ def create_partitions_in_cluster(apis: KafkaApis, ev: Request) -> Any:
     admin = apis.admin
     assert admin is not None
     validate_only = bool(getattr(req, "validate_only", False))
+    who = identity(apis)  # the checks run after awaits
 
     async def respond() -> Any:
         results = []
@@ -169,6 +180,7 @@ def create_partitions_in_cluster(apis: KafkaApis, ev: Request) -> Any:
             res: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None}
             results.append(res)
             try:
+                require_topic(who, AclOperation.ALTER, t.name)
                 if t.name in INTERNAL_TOPICS:
                     raise InvalidTopic(f"cannot add partitions to internal topic {t.name}")
                 assignment = [list(a.broker_ids) for a in t.assignments] if t.assignments else None
@@ -205,7 +217,9 @@ def handle_elect_leaders(apis: KafkaApis, ev: Request) -> Any:
     else:
         wanted = [(t.topic, int(p)) for t in req.topic_partitions for p in t.partitions]
 
-    def response(codes: dict[tuple[str, int], int], message: str | None = None) -> Any:
+    def response(
+        codes: dict[tuple[str, int], int], message: str | None = None, top: int = 0
+    ) -> Any:
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for (t, p), code in codes.items():
             by_topic.setdefault(t, []).append(
@@ -215,13 +229,15 @@ def handle_elect_leaders(apis: KafkaApis, ev: Request) -> Any:
             cls,
             {
                 "throttle_time": 0,
-                "error_code": 0,
+                "error_code": top,
                 "replica_election_results": [
                     {"topic": t, "partition_result": ps} for t, ps in by_topic.items()
                 ],
             },
         )
 
+    if denied := cluster_error(apis, AclOperation.ALTER):
+        return response(dict.fromkeys(wanted, denied), "Cluster authorization failed.", denied)
     if election_type != 0:
         return response(
             {tp: InvalidRequest.error_code for tp in wanted},
@@ -256,10 +272,19 @@ def _no_cluster(apis: KafkaApis, api_key: int, ev: Request, fields: dict[str, An
     )
 
 
+def _refused(api_key: int, ev: Request, code: int, fields: dict[str, Any]) -> Any:
+    return build(
+        response_class(api_key, ev.api_version),
+        {"throttle_time": 0, "error_code": code, "error_message": None, **fields},
+    )
+
+
 def handle_alter_partition_reassignments(apis: KafkaApis, ev: Request) -> Any:
     """AlterPartitionReassignments (45): KIP-455 reassignments through ZooKeeper."""
     req = ev.request
     admin = apis.admin
+    if denied := cluster_error(apis, AclOperation.ALTER):
+        return _refused(ALTER_PARTITION_REASSIGNMENTS, ev, denied, {"responses": []})
     if admin is None:
         return _no_cluster(apis, ALTER_PARTITION_REASSIGNMENTS, ev, {"responses": []})
 
@@ -297,6 +322,8 @@ def handle_list_partition_reassignments(apis: KafkaApis, ev: Request) -> Any:
     removing), from the metadata."""
     req = ev.request
     admin = apis.admin
+    if denied := cluster_error(apis, AclOperation.DESCRIBE):
+        return _refused(LIST_PARTITION_REASSIGNMENTS, ev, denied, {"topics": []})
     if admin is None:
         return _no_cluster(apis, LIST_PARTITION_REASSIGNMENTS, ev, {"topics": []})
     wanted = (

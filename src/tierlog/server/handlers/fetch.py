@@ -17,6 +17,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tierlog.errors import UnknownTopicId, UnknownTopicOrPartition
+from tierlog.security.acl_checks import follower_or_topic_error
+from tierlog.security.authorizer import AclOperation
 from tierlog.server.handlers._build import build
 from tierlog.server.handlers.produce import node_endpoints
 from tierlog.server.kafka_apis import response_class
@@ -76,6 +78,7 @@ def handle_fetch(apis: KafkaApis, ev: Request) -> Any:
     # Resolve topics once; keep the request's order (and duplicates) for the response.
     plan: list[tuple[Any, list[FetchPartitionRequest]]] = []
     flat: list[FetchPartitionRequest] = []
+    replica_id = _replica_id(req)
     for t in req.topics:
         if by_id:
             key = t.topic_id
@@ -85,6 +88,10 @@ def handle_fetch(apis: KafkaApis, ev: Request) -> Any:
             key = t.topic
             name = key
             code = 0
+        if name is not None and (
+            denied := follower_or_topic_error(apis, replica_id, AclOperation.READ, name)
+        ):
+            name, code = None, denied
         parts = [
             FetchPartitionRequest(
                 name,
@@ -108,7 +115,7 @@ def handle_fetch(apis: KafkaApis, ev: Request) -> Any:
         min_bytes=req.min_bytes,
         max_bytes=max_bytes,
         isolation_level=isolation,
-        replica_id=_replica_id(req),
+        replica_id=replica_id,
     )
 
     async def respond() -> Any:

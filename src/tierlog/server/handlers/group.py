@@ -17,6 +17,13 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from tierlog.errors import CoordinatorNotAvailable, InvalidRequest
+from tierlog.security.acl_checks import (
+    cluster_error,
+    group_error,
+    topic_error,
+    transactional_id_error,
+)
+from tierlog.security.authorizer import AclOperation
 from tierlog.server.handlers._build import build
 from tierlog.server.kafka_apis import response_class
 from tierlog.server.offset_store import ensure_offsets_topic_in_cluster
@@ -69,6 +76,12 @@ def handle_find_coordinator(apis: KafkaApis, ev: Request) -> Any:
     e = apis.endpoint
 
     def answer(key: str) -> dict[str, Any]:
+        if key_type == COORDINATOR_KEY_TRANSACTION:
+            denied = transactional_id_error(apis, AclOperation.DESCRIBE, key)
+        else:
+            denied = group_error(apis, AclOperation.DESCRIBE, key)
+        if denied:
+            return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": denied}
         if key_type == COORDINATOR_KEY_TRANSACTION:
             log.warning(
                 "FindCoordinator for transactional id %r refused: %s", key, TRANSACTIONS_UNSUPPORTED
@@ -157,12 +170,13 @@ def handle_join_group(apis: KafkaApis, ev: Request) -> Any:
     version = ev.api_version
     cls = response_class(JOIN_GROUP, version)
     gc = apis.group_coordinator
-    if gc is None:
+    denied = group_error(apis, AclOperation.READ, req.group_id)
+    if gc is None or denied:
         return build(
             cls,
             {
                 "throttle_time": 0,
-                "error_code": CoordinatorNotAvailable.error_code,
+                "error_code": denied or CoordinatorNotAvailable.error_code,
                 "member_id": req.member_id,
                 "leader": "",
                 "members": [],
@@ -214,12 +228,13 @@ def handle_sync_group(apis: KafkaApis, ev: Request) -> Any:
     req = ev.request
     cls = response_class(SYNC_GROUP, ev.api_version)
     gc = apis.group_coordinator
-    if gc is None:
+    denied = group_error(apis, AclOperation.READ, req.group_id)
+    if gc is None or denied:
         return build(
             cls,
             {
                 "throttle_time": 0,
-                "error_code": CoordinatorNotAvailable.error_code,
+                "error_code": denied or CoordinatorNotAvailable.error_code,
                 "assignment": b"",
             },
         )
@@ -253,7 +268,7 @@ def handle_heartbeat(apis: KafkaApis, ev: Request) -> Any:
     req = ev.request
     cls = response_class(HEARTBEAT, ev.api_version)
     gc = apis.group_coordinator
-    code = (
+    code = group_error(apis, AclOperation.READ, req.group_id) or (
         CoordinatorNotAvailable.error_code
         if gc is None
         else gc.heartbeat(
@@ -275,10 +290,15 @@ def handle_leave_group(apis: KafkaApis, ev: Request) -> Any:
         members = [(m.member_id, m.group_instance_id) for m in req.members]
     else:
         members = [(req.member_id, None)]
-    if gc is None:
+    denied = group_error(apis, AclOperation.READ, req.group_id)
+    if gc is None or denied:
         return build(
             cls,
-            {"throttle_time": 0, "error_code": CoordinatorNotAvailable.error_code, "members": []},
+            {
+                "throttle_time": 0,
+                "error_code": denied or CoordinatorNotAvailable.error_code,
+                "members": [],
+            },
         )
     coro = gc.leave_group(req.group_id, members)
 
@@ -340,6 +360,17 @@ def handle_offset_commit(apis: KafkaApis, ev: Request) -> Any:
     gc = apis.group_coordinator
     if gc is None:
         return response(dict.fromkeys(offsets, CoordinatorNotAvailable.error_code))
+    # READ on the group (else every partition: 30), READ on each topic (else 29).
+    group_denied = group_error(apis, AclOperation.READ, req.group_id)
+    refused = {
+        tp: code
+        for tp in offsets
+        if (code := group_denied or topic_error(apis, AclOperation.READ, tp[0]))
+    }
+    if refused:
+        offsets = {tp: v for tp, v in offsets.items() if tp not in refused}
+        if not offsets:
+            return response(refused)
     coro = gc.commit_offsets(
         req.group_id,
         req.generation_id_or_member_epoch,
@@ -349,21 +380,31 @@ def handle_offset_commit(apis: KafkaApis, ev: Request) -> Any:
     )
 
     async def respond() -> Any:
-        return response(await coro)
+        return response({**await coro, **refused})
 
     return respond()
 
 
-def _fetch_group(
-    gc: GroupCoordinator | None, group_id: str, topics: Any
-) -> tuple[int, list[dict[str, Any]]]:
-    """(top-level error, topics) of OffsetFetch for one group."""
+def _fetch_group(apis: KafkaApis, group_id: str, topics: Any) -> tuple[int, list[dict[str, Any]]]:
+    """(top-level error, topics) of OffsetFetch for one group: DESCRIBE on the group (else
+    30), DESCRIBE on each topic (named partitions get 29, an all-partitions fetch omits it)."""
+    gc = apis.group_coordinator
     if gc is None:
         return CoordinatorNotAvailable.error_code, []
     wanted: list[tuple[str, int]] | None = (
         None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     )
-    err, found = gc.group_manager.fetch_offsets(group_id, wanted)
+    denied = group_error(apis, AclOperation.DESCRIBE, group_id)
+    err, found = (denied, {}) if denied else gc.group_manager.fetch_offsets(group_id, wanted)
+    if not err and getattr(apis, "authorizer", None) is not None:
+        refused = {n for n, _ in (wanted or found) if topic_error(apis, AclOperation.DESCRIBE, n)}
+        if refused and wanted is None:
+            found = {tp: v for tp, v in found.items() if tp[0] not in refused}
+        elif refused:
+            err_parts = {tp: (-1, -1, "") for tp in wanted or () if tp[0] in refused}
+            found = {**found, **err_parts}
+    else:
+        refused = set()
     if err:
         # Older versions have no top-level error: put it on every partition too.
         parts = wanted or []
@@ -388,7 +429,7 @@ def _fetch_group(
                 "committed_offset": offset,
                 "committed_leader_epoch": epoch,
                 "metadata": metadata,
-                "error_code": 0,
+                "error_code": 29 if name in refused else 0,  # TOPIC_AUTHORIZATION_FAILED
             }
         )
     return 0, [{"name": n, "partitions": ps} for n, ps in by_topic.items()]
@@ -397,14 +438,13 @@ def _fetch_group(
 def handle_offset_fetch(apis: KafkaApis, ev: Request) -> Any:
     req = ev.request
     cls = response_class(OFFSET_FETCH, ev.api_version)
-    gc = apis.group_coordinator
     if ev.api_version >= 8:
         groups = []
         for g in req.groups:
-            err, topics = _fetch_group(gc, g.group_id, g.topics)
+            err, topics = _fetch_group(apis, g.group_id, g.topics)
             groups.append({"group_id": g.group_id, "topics": topics, "error_code": err})
         return build(cls, {"throttle_time": 0, "groups": groups})
-    err, topics = _fetch_group(gc, req.group_id, req.topics)
+    err, topics = _fetch_group(apis, req.group_id, req.topics)
     return build(cls, {"throttle_time": 0, "topics": topics, "error_code": err})
 
 
@@ -417,10 +457,11 @@ def handle_describe_groups(apis: KafkaApis, ev: Request) -> Any:
     gc = apis.group_coordinator
     groups = []
     for group_id in req.groups:
-        if gc is None:
+        denied = group_error(apis, AclOperation.DESCRIBE, group_id)
+        if gc is None or denied:
             groups.append(
                 {
-                    "error_code": CoordinatorNotAvailable.error_code,
+                    "error_code": denied or CoordinatorNotAvailable.error_code,
                     "group_id": group_id,
                     "group_state": "",
                     "protocol_type": "",
@@ -466,6 +507,8 @@ def handle_list_groups(apis: KafkaApis, ev: Request) -> Any:
     types = {t.lower() for t in getattr(req, "types_filter", ())}
     states = list(getattr(req, "states_filter", ())) or None
     listed = [] if types and "classic" not in types else gc.group_manager.list_groups(states)
+    if cluster_error(apis, AclOperation.DESCRIBE):  # else only the groups it may describe
+        listed = [g for g in listed if not group_error(apis, AclOperation.DESCRIBE, g[0])]
     return build(
         cls,
         {
@@ -494,10 +537,11 @@ def handle_delete_groups(apis: KafkaApis, ev: Request) -> Any:
                 ],
             },
         )
-    coro = gc.group_manager.delete_groups(names)
+    refused = {g: c for g in names if (c := group_error(apis, AclOperation.DELETE, g))}
+    coro = gc.group_manager.delete_groups([g for g in names if g not in refused])
 
     async def respond() -> Any:
-        results = await coro
+        results = {**await coro, **refused}
         return build(
             cls,
             {

@@ -23,6 +23,8 @@ from tierlog.errors import (
     KafkaStorageError,
     RemoteStorageError,
 )
+from tierlog.security.acl_checks import topic_error
+from tierlog.security.authorizer import AclOperation
 from tierlog.server.handlers._build import build
 from tierlog.server.kafka_apis import response_class
 from tierlog.server.replica_manager import READ_COMMITTED
@@ -129,10 +131,13 @@ def handle_list_offsets(apis: KafkaApis, ev: Request) -> Any:
     remote: list[tuple[dict[str, Any], Partition, int]] = []
     for t in req.topics:
         parts = []
+        denied = topic_error(apis, AclOperation.DESCRIBE, t.name)
         for p in t.partitions:
             try:
-                part = rm.get_partition(t.name, p.partition_index)
-                if part is None:
+                part = rm.get_partition(t.name, p.partition_index) if not denied else None
+                if denied:
+                    code = denied
+                elif part is None:
                     code = rm.not_here_error(t.name, p.partition_index)
                 else:
                     code = part.leader_epoch_error(getattr(p, "current_leader_epoch", -1))

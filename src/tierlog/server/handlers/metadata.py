@@ -27,6 +27,8 @@ from tierlog.errors import (
 )
 from tierlog.protocol import api_versions_response
 from tierlog.protocol._writer import encode_entities
+from tierlog.security.acl_checks import create_topic_error, topic_error
+from tierlog.security.authorizer import AclOperation
 from tierlog.server.handlers._build import build
 from tierlog.server.kafka_apis import response_class
 from tierlog.server.replica_manager import INTERNAL_TOPICS
@@ -201,6 +203,8 @@ def handle_metadata(apis: KafkaApis, ev: Request) -> Any:
     topics: list[dict[str, Any]] = []
     if requested is None or (version == 0 and not requested):
         for topic_name in _all_topic_names(apis):
+            if topic_error(apis, AclOperation.DESCRIBE, topic_name):
+                continue  # hidden from who may not describe it
             topics.append(topic_metadata(apis, topic_name, version))
     else:
         for t in requested:
@@ -229,6 +233,15 @@ def handle_metadata(apis: KafkaApis, ev: Request) -> Any:
                     )
                     continue
                 name = found
+            denied = topic_error(apis, AclOperation.DESCRIBE, name)
+            auto_create = allow and apis.config.auto_create_topics_enable
+            if not denied and auto_create and not _topic_exists(apis, name):
+                denied = create_topic_error(apis, name)
+            if denied:
+                topics.append(
+                    {"error_code": denied, "name": name, "topic_id": topic_id, "partitions": []}
+                )
+                continue
             if not _topic_exists(apis, name):
                 code = maybe_create_topic(apis, name, allow)
                 if code:

@@ -23,6 +23,8 @@ from tierlog.errors import (
     NotLeaderOrFollower,
     UnknownTopicId,
 )
+from tierlog.security.acl_checks import topic_error, transactional_id_error
+from tierlog.security.authorizer import AclOperation
 from tierlog.server.handlers._build import build
 from tierlog.server.kafka_apis import CloseConnection, response_class
 from tierlog.server.replica_manager import ProducePartitionResult, ReplicaManager
@@ -41,6 +43,10 @@ def handle_produce(apis: KafkaApis, ev: Request) -> Any:
     error: ProducePartitionResult | None = None
     if acks not in (0, 1, -1):
         error = ProducePartitionResult(InvalidRequiredAcks.error_code)
+    elif req.transactional_id is not None and (
+        code := transactional_id_error(apis, AclOperation.WRITE, req.transactional_id)
+    ):
+        error = ProducePartitionResult(code)
     elif req.transactional_id is not None:
         error = ProducePartitionResult(
             InvalidRequest.error_code,
@@ -58,6 +64,8 @@ def handle_produce(apis: KafkaApis, ev: Request) -> Any:
             name = apis.topic_name_for_id(topic_id) if topic_id is not None else None
             if name is None:
                 missing = ProducePartitionResult(UnknownTopicId.error_code)
+        if name is not None and (denied := topic_error(apis, AclOperation.WRITE, name)):
+            missing = ProducePartitionResult(denied)
         parts = []
         for pd in t.partition_data:
             out: dict[str, Any] = {"index": pd.index, "record_errors": ()}

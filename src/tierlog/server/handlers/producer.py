@@ -12,6 +12,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from tierlog.errors import ApiError, InvalidRequest
+from tierlog.security.acl_checks import idempotent_write_error, transactional_id_error
+from tierlog.security.authorizer import AclOperation
 from tierlog.server.handlers._build import build
 from tierlog.server.kafka_apis import response_class
 
@@ -27,6 +29,15 @@ TRANSACTIONS_UNSUPPORTED = "transactions are not supported by tierlog (transacti
 def handle_init_producer_id(apis: KafkaApis, ev: Request) -> Any:
     req = ev.request
     cls = response_class(INIT_PRODUCER_ID, ev.api_version)
+    if req.transactional_id is not None:
+        denied = transactional_id_error(apis, AclOperation.WRITE, req.transactional_id)
+    else:
+        denied = idempotent_write_error(apis)
+    if denied:
+        return build(
+            cls,
+            {"throttle_time": 0, "error_code": denied, "producer_id": -1, "producer_epoch": -1},
+        )
     if req.transactional_id is not None:
         log.warning(
             "InitProducerId from client %r with transactional.id %r refused: %s",

@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 from tierlog.errors import KafkaStorageError
 from tierlog.log.leader_epoch_file_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+from tierlog.security.acl_checks import cluster_action_or_topic_error
+from tierlog.security.authorizer import AclOperation
 from tierlog.server.handlers._build import build
 from tierlog.server.kafka_apis import response_class
 
@@ -64,11 +66,12 @@ def handle_offset_for_leader_epoch(apis: KafkaApis, ev: Request) -> Any:
     topics = []
     for t in req.topics:
         parts = []
+        denied = cluster_action_or_topic_error(apis, AclOperation.DESCRIBE, t.topic)
         for p in t.partitions:
             current = getattr(p, "current_leader_epoch", NO_PARTITION_LEADER_EPOCH)
             try:
-                part = rm.get_partition(t.topic, p.partition)
-                code = rm.not_here_error(t.topic, p.partition)
+                part = rm.get_partition(t.topic, p.partition) if not denied else None
+                code = denied or rm.not_here_error(t.topic, p.partition)
             except KafkaStorageError as e:
                 part, code = None, e.error_code
             epoch, end_offset = UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET

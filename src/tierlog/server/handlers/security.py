@@ -12,7 +12,9 @@ too many iterations, an empty name or salt UNACCEPTABLE_CREDENTIAL (93), deletin
 that does not exist RESOURCE_NOT_FOUND (91); a user with any error changes nothing, the others
 are applied (one atomic write of the credential file, in a worker thread).
 
-Without an authorizer (the ACL work that follows) any client may call them.
+With an authorizer, DescribeUserScramCredentials needs DESCRIBE on the cluster and
+AlterUserScramCredentials ALTER (else CLUSTER_AUTHORIZATION_FAILED, 31); without one any client
+may call them.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from tierlog.errors import (
     UnacceptableCredential,
     UnsupportedSaslMechanism,
 )
+from tierlog.security.acl_checks import cluster_error
+from tierlog.security.authorizer import AclOperation
 from tierlog.security.scram import (
     MAX_ITERATIONS,
     MIN_ITERATIONS,
@@ -67,6 +71,8 @@ def handle_sasl_authenticate(apis: KafkaApis, ev: Request) -> Any:
 def handle_describe_user_scram_credentials(apis: KafkaApis, ev: Request) -> Any:
     cls = response_class(ev.api_key, ev.api_version)
     store = apis.credentials
+    if denied := cluster_error(apis, AclOperation.DESCRIBE):
+        return build(cls, {"error_code": denied, "error_message": None, "results": ()})
     if store is None:
         return build(cls, _top_error(UnsupportedSaslMechanism("SCRAM is not configured")))
     known = store.users()
@@ -114,6 +120,9 @@ def handle_alter_user_scram_credentials(apis: KafkaApis, ev: Request) -> Any:
     store = apis.credentials
     req = ev.request
     order = list(dict.fromkeys([d.name for d in req.deletions] + [u.name for u in req.upsertions]))
+    if denied := cluster_error(apis, AclOperation.ALTER):
+        results = [{"user": u, "error_code": denied, "error_message": None} for u in order]
+        return build(cls, {"results": results})
     if store is None:
         err = UnsupportedSaslMechanism("SCRAM is not configured")
         return build(cls, {"results": [_user_error(u, err) for u in order]})
