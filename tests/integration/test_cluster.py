@@ -253,7 +253,9 @@ def test_elect_leaders_moves_leadership_back_to_the_preferred_replica(cluster: C
     # 0: elected now; ELECTION_NOT_NEEDED: the periodic rebalance (5 s here) got there first.
     error = result[TopicPartition(topic, 0)]
     assert error is None or error.code() == 84, error
-    assert cluster.leader(topic, 0) == preferred
+    # The broker that answered saw it; the others' metadata follows within a watch.
+    wait_for("every broker naming the preferred leader",
+             lambda: cluster.leader(topic, 0) == preferred, 30)  # fmt: skip
 
 
 def test_reassignment_moves_a_replica_and_drops_the_old_copy(cluster: Cluster) -> None:
