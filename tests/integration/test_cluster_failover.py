@@ -11,18 +11,16 @@ deadlines only bound a failure.
 
 from __future__ import annotations
 
-import asyncio
 import datetime
-import gc
 import importlib
 import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -672,193 +670,81 @@ def _group_offsets(cluster: Cluster, group: str, topic: str, partitions: int) ->
 _JS = Path(__file__).parent / "js"
 
 
-def _kafka_python_client(bootstrap: str, topic: str, count: int, go: threading.Event) -> Any:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        import kafka
-
-    producer = kafka.KafkaProducer(
-        bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, retries=1000,
-        request_timeout_ms=30_000, delivery_timeout_ms=180_000, metadata_max_age_ms=1000,
-    )  # fmt: skip
-    acked = []
-    for i in range(count):
-        if i == count // 2:
-            go.wait()
-        v = f"kafka-python-{i}".encode()
-        md = producer.send(topic, v, partition=0).get(timeout=180)
-        acked.append((v, md.offset))
-    producer.close()
-    consumer = kafka.KafkaConsumer(
-        topic, bootstrap_servers=bootstrap, group_id=f"kp-{uuid.uuid4().hex}",
-        auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=60_000,
-    )  # fmt: skip
-    consumed = []
-    for m in consumer:
-        consumed.append((m.offset, m.value))
-        if len(consumed) >= count:
-            break
-    consumer.close()
-    del producer, consumer
-    # kafka-python drops (without closing) the sockets of its failed connections to the
-    # killed broker; collected here, their ResourceWarnings are not the test's.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ResourceWarning)
-        gc.collect()
-    return acked, consumed
-
-
-def _confluent_client(bootstrap: str, topic: str, count: int, go: threading.Event) -> Any:
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-         "message.timeout.ms": 180_000, "topic.metadata.refresh.interval.ms": 1000}
-    )  # fmt: skip
-    acked = []
-    for i in range(count):
-        if i == count // 2:
-            go.wait()
-        v = f"confluent-{i}".encode()
-        out: list[Any] = []
-        producer.produce(
-            topic, v, partition=0, on_delivery=lambda e, m, out=out: out.append((e, m))
-        )
-        producer.flush(180)
-        assert out and out[0][0] is None, out
-        acked.append((v, out[0][1].offset()))
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"cf-{uuid.uuid4().hex}",
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False})  # fmt: skip
-    c.subscribe([topic])
-    consumed = []
-    deadline = time.monotonic() + 60
-    while len(consumed) < count and time.monotonic() < deadline:
-        for m in c.consume(100, 0.5):
-            if m.error() is None:
-                consumed.append((m.offset(), m.value()))
-    c.close()
-    return acked, consumed
-
-
-def _aiokafka_client(bootstrap: str, topic: str, count: int, go: threading.Event) -> Any:
-    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-
-    async def run() -> Any:
-        producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap, acks="all", enable_idempotence=True,
-            request_timeout_ms=30_000, metadata_max_age_ms=1000,
-        )  # fmt: skip
-        await producer.start()
-        acked = []
-        try:
-            for i in range(count):
-                if i == count // 2:
-                    await asyncio.to_thread(go.wait)
-                v = f"aiokafka-{i}".encode()
-                deadline = time.monotonic() + 180
-                while True:  # aiokafka gives up on a batch after request_timeout_ms
-                    try:
-                        md = await producer.send_and_wait(topic, v, partition=0)
-                        break
-                    except KafkaTimeoutError:
-                        assert time.monotonic() < deadline, "aiokafka never got its ack"
-                acked.append((v, md.offset))
-        finally:
-            await producer.stop()
-        consumer = AIOKafkaConsumer(
-            topic, bootstrap_servers=bootstrap, group_id=f"aio-{uuid.uuid4().hex}",
-            auto_offset_reset="earliest", enable_auto_commit=False,
-        )  # fmt: skip
-        await consumer.start()
-        consumed = []
-        try:
-            deadline = time.monotonic() + 60
-            while len(consumed) < count and time.monotonic() < deadline:
-                batches = await consumer.getmany(timeout_ms=500)
-                for msgs in batches.values():
-                    consumed.extend((m.offset, m.value) for m in msgs)
-        finally:
-            await consumer.stop()
-        return acked, consumed
-
-    from aiokafka.errors import KafkaTimeoutError
-
-    return asyncio.run(run())
-
-
 def test_four_clients_produce_and_consume_across_a_leader_failover(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    """kafka-python, confluent-kafka, aiokafka and kafkajs each produce half their records,
-    the leader of their topics is SIGKILLed, the same producers write the other half (they
-    must find the new leader), and each library's consumer reads them all back: once each,
-    in order, at the acknowledged offsets."""
+    """kafka-python, confluent-kafka, aiokafka and kafkajs (each in its own process:
+    failover_client.py, js/failover_client.js) each produce half their records, the leader of
+    their topics is SIGKILLed, the same producers write the other half (they must find the
+    new leader), and each library's consumer reads them all back: once each, in order, at
+    the acknowledged offsets."""
     if not (_JS / "node_modules" / "kafkajs").is_dir():
         real_parts.missing("kafkajs", f"npm ci --prefix {_JS} (make test does it)")
     victim = 1
     count = 100
-    clients = {
-        "kafka-python": _kafka_python_client,
-        "confluent": _confluent_client,
-        "aiokafka": _aiokafka_client,
-    }
-    topics = {
-        name: _topic(cluster, name, assignment=[[victim, 2, 3]]) for name in [*clients, "kafkajs"]
-    }
-    go = threading.Event()
+    names = ["kafka-python", "confluent", "aiokafka", "kafkajs"]
+    topics = {n: _topic(cluster, n, assignment=[[victim, 2, 3]]) for n in names}
+    # The consumers need __consumer_offsets, which (as in Kafka) is created only with
+    # offsets.topic.replication.factor live brokers: before the kill.
+    wait_for("a group coordinator", lambda: _coordinator(cluster, "warm-up") >= 0, 60)
+    cluster.wait_healthy("__consumer_offsets", 6, 3)
     go_file = tmp_path / "go"
-    results: dict[str, Any] = {}
-
-    def run(name: str) -> None:
-        try:
-            results[name] = clients[name](cluster.bootstrap, topics[name], count, go)
-        except BaseException as e:  # reported by the test thread
-            results[name] = e
-
-    threads = [threading.Thread(target=run, args=(n,), daemon=True) for n in clients]
-    js = subprocess.Popen(
-        ["node", str(_JS / "failover_client.js"), cluster.bootstrap, topics["kafkajs"],
-         str(count), str(go_file)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    root = Path(__file__).resolve().parents[2]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
+    }
+    procs: dict[str, subprocess.Popen[str]] = {}
+    for n in names:
+        args = [cluster.bootstrap, topics[n], str(count), str(go_file)]
+        if n == "kafkajs":
+            cmd = ["node", str(_JS / "failover_client.js"), *args]
+        else:
+            cmd = [sys.executable, "-m", "tests.integration.failover_client", n, *args]
+        with open(tmp_path / f"{n}.stderr", "w") as err:
+            procs[n] = subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env, cwd=root
+            )
     real_parts.used("kafkajs", "kafkajs 2.2.4 (node)")
+    results: dict[str, Any] = {}
     try:
-        for t in threads:
-            t.start()
-        assert js.stdout is not None
-        assert js.stdout.readline().strip() == "HALF", js.stderr.read() if js.stderr else ""
-        wait_for(
-            "every client produced half",
-            lambda: all(_hw(cluster, topics[n]) >= count // 2 for n in topics),
-            120,
-        )
+        for n, proc in procs.items():
+            assert proc.stdout is not None
+            line = proc.stdout.readline().strip()
+            assert line == "HALF", f"{n}: {line!r} {_tail(tmp_path / f'{n}.stderr')}"
         cluster.brokers[victim].kill()
-        go.set()
         go_file.touch()
-        for name in topics:
-            _new_leader(cluster, topics[name], 0, victim)
-        out, err = js.communicate(timeout=240)
-        assert js.returncode == 0, err
-        got = json.loads(out.strip().splitlines()[-1])
-        results["kafkajs"] = (
-            [(v.encode(), o) for v, o in got["acked"]],
-            [(o, v.encode()) for o, v in got["consumed"]],
-        )
-        for t in threads:
-            t.join(240)
+        for n in names:
+            _new_leader(cluster, topics[n], 0, victim)
+        deadline = time.monotonic() + 200
+        for n, proc in procs.items():
+            try:
+                out, _ = proc.communicate(timeout=max(1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                raise AssertionError(
+                    f"{n} did not finish: {_tail(tmp_path / f'{n}.stderr')}"
+                ) from None
+            assert proc.returncode == 0, f"{n}: {_tail(tmp_path / f'{n}.stderr')}"
+            got = json.loads(out.strip().splitlines()[-1])
+            results[n] = ([(v, o) for v, o in got["acked"]], [(o, v) for o, v in got["consumed"]])
     finally:
-        go.set()
         go_file.touch()
-        if js.poll() is None:
-            js.kill()
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
         _restart(cluster, victim)
-    for name, r in results.items():
-        assert not isinstance(r, BaseException), f"{name}: {r!r}"
-        acked, consumed = r
-        assert [v for v, _ in acked] == [f"{name}-{i}".encode() for i in range(count)], name
-        assert [o for _, o in acked] == list(range(count)), f"{name}: acked offsets {acked}"
-        assert consumed == [(o, v) for v, o in acked], f"{name}: read back {consumed[:5]}..."
-    assert set(results) == set(topics)
-    for name in topics:
-        cluster.wait_healthy(topics[name], 1, 3, timeout=90)
+    for n, (acked, consumed) in results.items():
+        assert [v for v, _ in acked] == [f"{n}-{i}" for i in range(count)], n
+        assert [o for _, o in acked] == list(range(count)), f"{n}: acked offsets {acked}"
+        assert consumed == [(o, v) for v, o in acked], f"{n}: read back {consumed[:5]}..."
+    assert set(results) == set(names)
+    for n in names:
+        cluster.wait_healthy(topics[n], 1, 3, timeout=90)
+
+
+def _tail(path: Path) -> str:
+    return path.read_text(errors="replace")[-3000:] if path.exists() else ""
 
 
 def _hw(cluster: Cluster, topic: str) -> int:
