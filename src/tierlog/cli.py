@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_version(sub)
     _add_serve(sub)
     _add_dump_log(sub)
+    _add_scram(sub)
     from tierlog.tools.client_cli import add_subcommands  # topics, produce, consume, groups
 
     add_subcommands(sub)
@@ -153,6 +154,130 @@ def _run_dump_log(args: argparse.Namespace) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+
+
+# --------------------------------------------------------------------------- scram
+
+
+def _add_scram(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "scram",
+        help="manage SCRAM credentials offline (the first user, before the broker runs)",
+        description="SCRAM credentials in <first log dir>/scram-credentials. Only the salted, "
+        "iterated keys are stored, never the password. A running broker reads the change at "
+        "its next authentication; once it runs, AlterUserScramCredentials does the same.",
+    )
+    ssub = p.add_subparsers(dest="scram_command", required=True, metavar="ACTION")
+    add = ssub.add_parser("add", help="add or replace a user's credential")
+    add.add_argument("--user", required=True)
+    add.add_argument(
+        "--mechanism", default="SCRAM-SHA-256", choices=("SCRAM-SHA-256", "SCRAM-SHA-512")
+    )
+    add.add_argument("--iterations", type=int, default=8192, metavar="N")
+    add.add_argument(
+        "--password-file",
+        type=Path,
+        metavar="FILE",
+        help="read the password from FILE (first line); without it, prompt for it",
+    )
+    _add_log_dir_arguments(add)
+    add.set_defaults(run=_run_scram_add)
+    rm = ssub.add_parser("delete", help="delete a user's credential")
+    rm.add_argument("--user", required=True)
+    rm.add_argument(
+        "--mechanism", default="SCRAM-SHA-256", choices=("SCRAM-SHA-256", "SCRAM-SHA-512")
+    )
+    _add_log_dir_arguments(rm)
+    rm.set_defaults(run=_run_scram_delete)
+    ls = ssub.add_parser("list", help="list users, mechanisms and iterations")
+    _add_log_dir_arguments(ls)
+    ls.set_defaults(run=_run_scram_list)
+
+
+def _add_log_dir_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", "-c", type=Path, metavar="FILE", help="the broker's properties")
+    p.add_argument(
+        "--override", action="append", default=[], metavar="KEY=VALUE", help="as for serve"
+    )
+
+
+def _credential_store(args: argparse.Namespace) -> object:
+    from tierlog.security.credential_store import CredentialStore
+    from tierlog.server.kafka_config import KafkaConfig
+
+    config = KafkaConfig.from_file(args.config, args.override)
+    return CredentialStore.in_log_dir(config.log_dirs[0])
+
+
+def _read_password(args: argparse.Namespace) -> str:
+    if args.password_file is not None:
+        lines = args.password_file.read_text(encoding="utf-8").splitlines()
+        return lines[0] if lines else ""
+    import getpass
+
+    first = getpass.getpass(f"password for {args.user}: ")
+    if getpass.getpass("again: ") != first:
+        raise ValueError("the passwords differ")
+    return first
+
+
+def _run_scram_add(args: argparse.Namespace) -> int:
+    from tierlog.errors import ConfigError
+    from tierlog.security.credential_store import CredentialStore
+    from tierlog.security.scram import ScramMechanism, credential_from_password
+
+    try:
+        store = _credential_store(args)
+        assert isinstance(store, CredentialStore)
+        password = _read_password(args)
+        if not password:
+            raise ValueError("the password is empty")
+        mechanism = ScramMechanism.for_name(args.mechanism)
+        assert mechanism is not None
+        credential = credential_from_password(mechanism, password, args.iterations)
+        store.upsert(args.user, mechanism, credential)
+    except (ConfigError, ValueError, OSError) as e:
+        print(f"tierlog scram add: {e}", file=sys.stderr)
+        return 2
+    print(f"{args.mechanism} credential of {args.user} written to {store.path}")
+    return 0
+
+
+def _run_scram_delete(args: argparse.Namespace) -> int:
+    from tierlog.errors import ConfigError
+    from tierlog.security.credential_store import CredentialStore
+    from tierlog.security.scram import ScramMechanism
+
+    try:
+        store = _credential_store(args)
+        assert isinstance(store, CredentialStore)
+        mechanism = ScramMechanism.for_name(args.mechanism)
+        assert mechanism is not None
+        if mechanism not in store.users().get(args.user, {}):
+            print(f"tierlog scram delete: no {args.mechanism} credential for {args.user}")
+            return 1
+        store.delete(args.user, mechanism)
+    except (ConfigError, ValueError, OSError) as e:
+        print(f"tierlog scram delete: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _run_scram_list(args: argparse.Namespace) -> int:
+    from tierlog.errors import ConfigError
+    from tierlog.security.credential_store import CredentialStore
+
+    try:
+        store = _credential_store(args)
+        assert isinstance(store, CredentialStore)
+        users = store.users()
+    except (ConfigError, ValueError, OSError) as e:
+        print(f"tierlog scram list: {e}", file=sys.stderr)
+        return 2
+    for user, creds in sorted(users.items()):
+        for m, iterations in sorted(creds.items(), key=lambda kv: kv[0].code):
+            print(f"{user}\t{m.mechanism_name}\titerations={iterations}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -249,6 +249,11 @@ class InvalidReplicaAssignment(ApiError):
     description = "Replica assignment is invalid."
 
 
+class NoReassignmentInProgress(ApiError):
+    error_code = 85
+    description = "No partition reassignment is in progress."
+
+
 class InvalidRequest(ApiError):
     error_code = 42
     description = (
@@ -378,6 +383,39 @@ class TransactionalIdNotFound(ApiError):
     description = "The transactionalId could not be found."
 
 
+class UnsupportedSaslMechanism(ApiError):
+    error_code = 33
+    description = "The broker does not support the requested SASL mechanism."
+
+
+class IllegalSaslState(ApiError):
+    error_code = 34
+    description = "Request is not valid given the current SASL state."
+
+
+class SaslAuthenticationFailed(ApiError):
+    """Raised by a SASL mechanism with the message the client is told (Kafka's
+    SaslAuthenticationException: "Authentication failed: Invalid username or password")."""
+
+    error_code = 58
+    description = "SASL Authentication failed."
+
+
+class ResourceNotFound(ApiError):
+    error_code = 91
+    description = "A request illegally referred to a resource that does not exist."
+
+
+class DuplicateResource(ApiError):
+    error_code = 92
+    description = "A request illegally referred to the same resource twice."
+
+
+class UnacceptableCredential(ApiError):
+    error_code = 93
+    description = "Requested credential would not meet criteria for acceptability."
+
+
 _REGISTRY: dict[int, type[ApiError]] = {}
 
 
@@ -393,6 +431,12 @@ _register(ApiError)
 def for_code(error_code: int) -> type[ApiError]:
     """The ApiError class for a Kafka wire error code (UnknownServerError when unknown)."""
     return _REGISTRY.get(error_code, UnknownServerError)
+
+
+class SaslError(TierlogError):
+    """A SASL exchange that cannot go on (a malformed token, a wrong proof) whose details the
+    client must not learn (Kafka's SaslException: the client is told only that the credentials
+    were invalid)."""
 
 
 # --------------------------------------------------------------------------- storage

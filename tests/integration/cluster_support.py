@@ -269,11 +269,11 @@ class Cluster:
             b.start()
         wait_for("every broker registered", lambda: len(self.live_ids()) == len(self.brokers))
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 60.0) -> None:
         for b in self.brokers.values():
             if b.alive():
                 with contextlib.suppress(RuntimeError):
-                    b.stop()
+                    b.stop(timeout=timeout)
         for link in self.links.values():
             link.close()
 

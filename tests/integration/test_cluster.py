@@ -7,6 +7,7 @@ kills or stops a broker starts it again and waits for the ISRs to heal before it
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -16,7 +17,9 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
 
+from tests.broker_process import BrokerProcess
 from tests.integration.cluster_support import SESSION_TIMEOUT_MS, Cluster, wait_for
 from tests.zookeeper_process import ZooKeeperProcess
 
@@ -228,3 +231,172 @@ def test_topics_describe_shows_leader_replicas_and_isr(cluster: Cluster, tmp_pat
         assert f"Leader: {meta.leader}" in line
         assert "Replicas: " + ",".join(map(str, meta.replicas)) in line
         assert "Isr: " + ",".join(map(str, meta.isrs)) in line
+
+
+def test_elect_leaders_moves_leadership_back_to_the_preferred_replica(cluster: Cluster) -> None:
+    from confluent_kafka import ElectionType, TopicPartition
+
+    topic = f"elect-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, partitions=1, rf=3)
+    preferred = cluster.partitions(topic)[0].replicas[0]
+    assert cluster.leader(topic, 0) == preferred
+    cluster.brokers[preferred].kill()
+    wait_for(
+        "another leader",
+        lambda: cluster.leader(topic, 0) not in (-1, preferred),
+        SESSION_TIMEOUT_MS / 1000 + 30,
+    )
+    cluster.brokers[preferred].start()
+    cluster.wait_healthy(topic, 1, 3)
+    admin = cluster.admin()
+    result = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)]).result(60)
+    # 0: elected now; ELECTION_NOT_NEEDED: the periodic rebalance (5 s here) got there first.
+    error = result[TopicPartition(topic, 0)]
+    assert error is None or error.code() == 84, error
+    assert cluster.leader(topic, 0) == preferred
+
+
+def test_reassignment_moves_a_replica_and_drops_the_old_copy(cluster: Cluster) -> None:
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KTopicPartition
+
+    topic = f"move-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, partitions=1, rf=2)
+    before = list(cluster.partitions(topic)[0].replicas)
+    leaving = before[-1]
+    joining = next(b for b in (1, 2, 3) if b not in before)
+    target = [before[0], joining]
+    acked = _produce(cluster.bootstrap, topic, [f"m{i}".encode() for i in range(2000)], 1)
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    try:
+        admin.alter_partition_reassignments({KTopicPartition(topic, 0): target})
+
+        def moved() -> bool:
+            p = cluster.partitions(topic)[0]
+            ongoing = admin.list_partition_reassignments([KTopicPartition(topic, 0)])
+            return list(p.replicas) == target and sorted(p.isrs) == sorted(target) and not ongoing
+
+        wait_for("the reassignment to finish", moved, 90)
+    finally:
+        admin.close()
+    # The new replica has every record; the old one's copy is gone from its log dir.
+    wait_for(
+        "the leaving replica's copy deleted",
+        lambda: not (cluster.brokers[leaving].log_dir / f"{topic}-0").exists(),
+        60,
+    )
+    got = _consume_all(cluster.bootstrap, topic, 1, len(acked))[0]
+    assert [o for o, _ in got] == list(range(len(acked)))
+    _assert_replicas_identical_on(cluster, topic, 0, target)
+
+
+def _assert_replicas_identical_on(cluster: Cluster, topic: str, p: int, brokers: list[int]) -> None:
+    def same() -> bool:
+        datas = set()
+        for b in brokers:
+            d = cluster.brokers[b].log_dir / f"{topic}-{p}"
+            datas.add(b"".join(f.read_bytes() for f in sorted(d.glob("*.log"))))
+        return len(datas) == 1
+
+    wait_for(f"{topic}-{p}: identical on {brokers}", same, 60)
+
+
+def test_topic_configs_live_in_zookeeper_and_reach_every_replica(cluster: Cluster) -> None:
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    topic = f"cfg-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, partitions=1, rf=3, **{"retention.ms": "3600000"})
+    first, second = list(cluster.brokers.values())[:2]
+    admin = AdminClient({"bootstrap.servers": first.bootstrap})
+
+    def incremental(key: str, value: str) -> ConfigResource:
+        entry = ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+        return ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
+
+    res = incremental("retention.ms", "7200000")
+    admin.incremental_alter_configs([res])[res].result(30)
+
+    def described(b: BrokerProcess) -> str | None:
+        a = AdminClient({"bootstrap.servers": b.bootstrap})
+        r = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        return a.describe_configs([r])[r].result(30)["retention.ms"].value  # type: ignore[no-any-return]
+
+    # Any broker describes what ZooKeeper holds...
+    wait_for("the new retention everywhere", lambda: described(second) == "7200000", 30)
+
+    # ...and every replica's broker applied it to its log (its topic registry says so).
+    def applied() -> bool:
+        for b in cluster:
+            reg = json.loads((b.log_dir / "__tierlog_topics.json").read_text())
+            if reg["topics"][topic]["configs"].get("retention.ms") != "7200000":
+                return False
+        return True
+
+    wait_for("the registry of every replica", applied, 30)
+    bad = incremental("retention.mss", "1")
+    with pytest.raises(Exception, match=r"retention\.mss"):
+        admin.incremental_alter_configs([bad])[bad].result(30)
+
+
+def test_a_produce_to_another_broker_names_the_leader_kip_951(cluster: Cluster) -> None:
+    import datetime
+
+    from tests.integration import wire
+
+    topic = f"kip951-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, partitions=1, rf=2)
+    replicas = list(cluster.partitions(topic)[0].replicas)
+    # A broker without a replica: its answer does not depend on where leadership is now.
+    other = next(b for i, b in cluster.brokers.items() if i not in replicas)
+    cls = wire.request_class(0, 10)
+    m = wire._module(cls)
+    req = cls(
+        transactional_id=None,
+        acks=-1,
+        timeout=datetime.timedelta(seconds=30),
+        topic_data=(
+            m.TopicProduceData(
+                name=topic,
+                partition_data=(m.PartitionProduceData(index=0, records=wire.one_record(b"x")),),
+            ),
+        ),
+    )
+    c = wire.WireClient(other.bootstrap)
+    try:
+        resp = c.call(req)
+    finally:
+        c.close()
+    (p,) = resp.responses[0].partition_responses
+    assert int(p.error_code) == 6  # NOT_LEADER_OR_FOLLOWER, retriable
+    leader = int(p.current_leader.leader_id)
+    assert leader in replicas
+    assert int(p.current_leader.leader_epoch) >= 0
+    endpoints = {int(e.node_id): int(e.port) for e in resp.node_endpoints}
+    assert endpoints == {leader: cluster.brokers[leader].port}
+
+
+def test_deleting_and_growing_topics_reach_every_broker(cluster: Cluster) -> None:
+    from confluent_kafka.admin import NewPartitions
+
+    topic = f"life-{uuid.uuid4().hex[:8]}"
+    cluster.create_topic(topic, partitions=2, rf=3)
+    admin = cluster.admin()
+    admin.create_partitions([NewPartitions(topic, 5)])[topic].result(30)
+    cluster.wait_healthy(topic, 5, 3)
+    wait_for(
+        "every broker hosting the new partitions",
+        lambda: all((b.log_dir / f"{topic}-{p}").is_dir() for b in cluster for p in range(5)),
+        30,
+    )
+    admin.delete_topics([topic], operation_timeout=30)[topic].result(30)
+
+    def gone_everywhere() -> bool:
+        return all(not list(b.log_dir.glob(f"{topic}-*")) for b in cluster) and (
+            topic not in cluster.admin().list_topics(timeout=5).topics
+        )
+
+    wait_for(f"{topic} deleted on every broker", gone_everywhere, 60)
+    # The name can be used again: a new topic, with a new id.
+    cluster.create_topic(topic, partitions=1, rf=3)
+    acked = _produce(cluster.bootstrap, topic, [b"again"], 1)
+    assert acked[b"again"] == (0, 0)

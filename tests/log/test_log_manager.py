@@ -19,14 +19,9 @@ from tierlog.errors import (
 from tierlog.log.checkpoint_file import OffsetCheckpointFile
 from tierlog.log.log import Log
 from tierlog.log.log_config import LogConfig
-from tierlog.log.log_manager import (
-    TOPIC_REGISTRY_FILENAME,
-    LogManager,
-    NewTopic,
-    TopicInfo,
-    validate_topic_name,
-)
+from tierlog.log.log_manager import LogManager
 from tierlog.log.partition_metadata_file import PartitionMetadataFile, uuid_to_kafka_str
+from tierlog.log.topic_registry import TOPIC_REGISTRY_FILENAME, NewTopic, TopicInfo, TopicRegistry
 from tierlog.records.default_records import build_batch
 
 T0 = 1_704_067_200_000
@@ -121,16 +116,6 @@ def test_log_dir_of_another_node_is_rejected(make, dirs, managers):
         m.startup()
 
 
-def test_log_dirs_of_different_clusters_are_rejected(tmp_path):
-    a, b = tmp_path / "a", tmp_path / "b"
-    for d in (a, b):
-        m = LogManager([d], LogConfig())
-        m.startup()
-        m.shutdown()
-    with pytest.raises(InconsistentLogDirError, match="different clusters"):
-        LogManager([a, b], LogConfig()).startup()
-
-
 def test_log_dir_that_is_a_file_is_a_storage_error(tmp_path):
     f = tmp_path / "file"
     f.write_text("x")
@@ -177,13 +162,13 @@ def test_create_topics_writes_the_registry_once_and_answers_each_topic(make, mon
     m = make()
     m.create_topic("old", 1, {})
     saves: list[int] = []
-    save = LogManager._save_registry
+    save = TopicRegistry.save
 
-    def counting_save(self: LogManager, *args: Any, **kwargs: Any) -> None:
+    def counting_save(self: TopicRegistry, *args: Any, **kwargs: Any) -> None:
         saves.append(1)
         save(self, *args, **kwargs)
 
-    monkeypatch.setattr(LogManager, "_save_registry", counting_save)
+    monkeypatch.setattr(TopicRegistry, "save", counting_save)
     a, old, dotted, underscored, bad, b = m.create_topics(
         [
             NewTopic("a", 2, {}),
@@ -224,11 +209,6 @@ def test_illegal_topic_names(make, dirs, name):
     # nothing was created anywhere near the log dirs
     for d in dirs:
         assert sorted(p.name for p in d.parent.iterdir()) == ["d1", "d2"]
-
-
-def test_legal_topic_names():
-    for name in ["a", "A-b_c.d", "x" * 249, "__consumer_offsets", "1"]:
-        validate_topic_name(name)
 
 
 def test_topic_errors(make):
@@ -523,18 +503,18 @@ def test_delete_flushes_partition_metadata_before_the_tombstone(make, monkeypatc
     m.create_topic("t", 2, {})
     events: list[str] = []
     flush = PartitionMetadataFile.flush
-    save = LogManager._save_registry
+    save = TopicRegistry.save
 
     def recording_flush(self: PartitionMetadataFile) -> None:
         events.append(f"flush {self.path.parent.name}")
         flush(self)
 
-    def recording_save(self: LogManager, *args: Any, **kwargs: Any) -> None:
+    def recording_save(self: TopicRegistry, *args: Any, **kwargs: Any) -> None:
         events.append("registry")
         save(self, *args, **kwargs)
 
     monkeypatch.setattr(PartitionMetadataFile, "flush", recording_flush)
-    monkeypatch.setattr(LogManager, "_save_registry", recording_save)
+    monkeypatch.setattr(TopicRegistry, "save", recording_save)
     m.delete_topic("t")
     assert events == ["flush t-0", "flush t-1", "registry"]
 

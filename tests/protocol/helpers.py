@@ -17,7 +17,7 @@ from tierlog.protocol import NEED_DATA, ConnectionClosed, RequestEvent, ServerCo
 
 def _kafka_python_classes() -> dict[tuple[int, str], type[Any]]:
     out: dict[tuple[int, str], type[Any]] = {}
-    for name in ("metadata", "producer", "consumer", "admin"):
+    for name in ("metadata", "producer", "consumer", "admin", "sasl"):
         mod = importlib.import_module(f"kafka.protocol.{name}")
         for attr in dir(mod):
             obj = getattr(mod, attr)

@@ -65,11 +65,21 @@ ISSUE_3 = {
     "DeleteGroups", "InitProducerId",
 }  # fmt: skip
 # issue 9: the cluster's (followers truncate by leader epoch; consumers validate positions)
-ISSUE_9 = {"OffsetForLeaderEpoch"}
+ISSUE_9 = {
+    "OffsetForLeaderEpoch",
+    "ElectLeaders",
+    "AlterPartitionReassignments",
+    "ListPartitionReassignments",
+}
+# issue 12: listener security
+ISSUE_12 = {
+    "SaslHandshake", "SaslAuthenticate", "DescribeUserScramCredentials",
+    "AlterUserScramCredentials",
+}  # fmt: skip
 
 
-def test_exactly_the_apis_of_issue_3() -> None:
-    assert {api_name(k) for k in ADVERTISED} == ISSUE_3 | ISSUE_9
+def test_exactly_the_apis_of_issues_3_9_and_12() -> None:
+    assert {api_name(k) for k in ADVERTISED} == ISSUE_3 | ISSUE_9 | ISSUE_12
     assert set(ADVERTISED) == set(ApiKey)
 
 
@@ -101,7 +111,7 @@ def test_fetch_with_topic_ids_up_to_16_and_implemented_minimums() -> None:
     assert implemented_min(ApiKey.FETCH) == 4
     assert implemented_min(ApiKey.METADATA) == 0
     with pytest.raises(KeyError):
-        implemented_min(17)
+        implemented_min(24)  # AddPartitionsToTxn: not served
 
 
 @pytest.mark.parametrize("key", sorted(ADVERTISED))
@@ -125,7 +135,7 @@ def test_every_version_has_a_schema(key: int) -> None:
 
 def test_lookups() -> None:
     assert advertised(ApiKey.API_VERSIONS) == (0, 4)
-    assert advertised(17) is None
+    assert advertised(24) is None
     assert api_name(ApiKey.INIT_PRODUCER_ID) == "InitProducerId"
     assert api_name(1000) == "ApiKey1000"
 

@@ -34,11 +34,13 @@ class Handler:
     def __init__(self) -> None:
         self.delays = [0.3, 0.0]
         self.calls = 0
+        self.seen: list[tuple[int, str, str | None]] = []  # (api key, principal, listener)
         self.fail = False
         self.gate: asyncio.Semaphore | None = None  # when set, Metadata waits for a release
 
-    def __call__(self, ev, host):
+    def __call__(self, ev, host, principal=None, listener=None):
         self.calls += 1
+        self.seen.append((ev.api_key, str(principal), listener))
         if self.fail:
             raise RuntimeError("handler bug")
         if ev.api_key == 18:
@@ -179,3 +181,126 @@ def test_eof_after_requests_still_gets_the_answers():
         return a, b, rest
 
     assert asyncio.run(main()) == (1, 2, b"")
+
+
+def _sasl_channel(**kw):
+    from tierlog.security.channel_builder import ChannelBuilder
+
+    return ChannelBuilder(
+        listener="CLIENTS",
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanisms=("PLAIN",),
+        plain_users={"alice": "pw"},
+        failed_delay_ms=0,
+        max_receive_size_before_auth=1024,
+        **kw,
+    )
+
+
+def test_sasl_listener_passes_principal_and_listener_to_the_handler():
+    from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+    from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+
+    async def main():
+        h = Handler()
+        h.delays = [0.0, 0.0]
+        server = SocketServer(h, max_frame_size=1 << 20)
+        _, port = await server.listen("127.0.0.1", 0, _sasl_channel())
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(
+            encode(_api_versions(), 1)
+            + encode(SaslHandshakeRequest(mechanism="PLAIN"), 2)
+            + encode(SaslAuthenticateRequest(auth_bytes=b"\0alice\0pw"), 3)
+            + encode(_metadata(), 4)
+        )
+        for key, ver in ((18, 3), (17, 1), (36, 2), (3, 12)):
+            cid, resp = decode(await _read_frame(reader), key, ver)
+            assert getattr(resp, "error_code", 0) == 0
+        # Frames above sasl.server.max.receive.size are fine once authenticated.
+        big = _metadata()
+        writer.write(encode(big, 5, client_id="x" * 2000))
+        cid, _ = decode(await _read_frame(reader), 3, 12)
+        assert cid == 5
+        writer.close()
+        await server.stop()
+        return h.seen
+
+    seen = asyncio.run(main())
+    # The SASL requests never reached the handler; ApiVersions did, before authentication.
+    assert seen == [
+        (18, "User:ANONYMOUS", "CLIENTS"),
+        (3, "User:alice", "CLIENTS"),
+        (3, "User:alice", "CLIENTS"),
+    ]
+
+
+def test_sasl_listener_bounds_frames_and_refuses_requests_before_authentication():
+    async def main():
+        h = Handler()
+        server = SocketServer(h, max_frame_size=1 << 20)
+        _, port = await server.listen("127.0.0.1", 0, _sasl_channel())
+        # a frame above sasl.server.max.receive.size (1024) before authentication
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(struct.pack(">i", 4096))
+        assert await asyncio.wait_for(reader.read(), 10) == b""
+        writer.close()
+        # a Metadata request before authentication: closed, never handled
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(encode(_metadata(), 1))
+        assert await asyncio.wait_for(reader.read(), 10) == b""
+        writer.close()
+        await server.stop()
+        return h.calls
+
+    assert asyncio.run(main()) == 0
+
+
+def _fuzz_frames():
+    from hypothesis import strategies as st
+
+    from tierlog.protocol.api_versions import ADVERTISED
+
+    header = st.tuples(
+        st.sampled_from(sorted(ADVERTISED)), st.integers(-1, 20), st.integers(0, 2**31 - 1)
+    ).map(lambda t: struct.pack(">hhih", t[0], t[1], t[2], -1))
+    frame = st.tuples(header, st.binary(max_size=200)).map(
+        lambda hb: struct.pack(">i", len(hb[0]) + len(hb[1])) + hb[0] + hb[1]
+    )
+    return st.lists(st.one_of(frame, st.binary(min_size=1, max_size=64)), min_size=1, max_size=6)
+
+
+def test_fuzz_before_authentication_reaches_no_handler_and_kills_nothing():
+    """Random frames (real headers of advertised keys with random bodies, and raw bytes) on a
+    SASL listener: the handler sees at most ApiVersions, and a fresh client is still served."""
+    from hypothesis import given, settings
+    from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+
+    @settings(max_examples=40, deadline=None)
+    @given(_fuzz_frames())
+    def run(chunks):
+        async def main():
+            h = Handler()
+            server = SocketServer(h, max_frame_size=1 << 20)
+            _, port = await server.listen("127.0.0.1", 0, _sasl_channel())
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            for c in chunks:
+                writer.write(c)
+            writer.write_eof()
+            try:
+                await asyncio.wait_for(reader.read(), 10)
+            except ConnectionResetError:
+                pass
+            writer.close()
+            # the listener still answers a well-behaved client
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(encode(SaslHandshakeRequest(mechanism="PLAIN"), 1))
+            cid, resp = decode(await _read_frame(reader), 17, 1)
+            assert cid == 1 and resp.error_code == 0
+            writer.close()
+            await server.stop()
+            return h.seen
+
+        seen = asyncio.run(main())
+        assert all(key == 18 and p == "User:ANONYMOUS" for key, p, _ in seen), seen
+
+    run()

@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 
 from tests.integration.tiered_support import FileStore
-from tierlog.log.log_manager import LogManager, TopicInfo
+from tierlog.log.log_manager import LogManager
+from tierlog.log.topic_registry import TopicInfo
 from tierlog.records.default_records import build_batch
 from tierlog.server.kafka_config import KafkaConfig
 from tierlog.server.tiered_storage import (

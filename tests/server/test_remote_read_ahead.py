@@ -106,7 +106,7 @@ async def _fetch_taking_the_read_ahead(t: TieredPartition, offset: int) -> Fetch
     """Fetch ``offset`` while its read ahead is in flight, then let the read ahead fail."""
     task = asyncio.create_task(_fetch(t.rm, offset))
     await asyncio.sleep(0)  # the fetch runs up to its wait: it has taken the read ahead
-    read_ahead = t.rm._read_ahead
+    read_ahead = t.rm._remote.read_ahead
     assert read_ahead is not None and read_ahead.hits == 1  # taken while still in flight
     assert not task.done()
     _rsm(t).release.set()

@@ -25,6 +25,7 @@ ControlledShutdown request is not in Kafka 4's schemas), preferred-leader electi
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
@@ -42,6 +43,7 @@ from tierlog.cluster.leader_election import (
     new_partition_leader,
     offline_partition_leader,
     preferred_replica_leader,
+    reassign_partition_leader,
 )
 from tierlog.cluster.zk_data import (
     BROKER_IDS_PATH,
@@ -53,6 +55,7 @@ from tierlog.cluster.zk_data import (
     BrokerInfo,
     PartitionState,
     TopicAssignment,
+    partition_state_path,
     topic_path,
 )
 
@@ -99,6 +102,7 @@ class KafkaController:
         self.assignments: dict[str, TopicAssignment] = {}
         self.states: dict[TopicPartition, PartitionState] = {}
         self.configs: dict[str, dict[str, str]] = {}
+        self._reassigning: set[TopicPartition] = set()
         self._next_rebalance = 0.0
         #: Called (on the controller thread) after each election round; tests and metrics.
         self.on_change: Callable[[], None] | None = None
@@ -191,6 +195,7 @@ class KafkaController:
         self.assignments = {}
         self.states = {}
         self.configs = {}
+        self._reassigning = set()
 
     def _watch_children(self, path: str, event: Callable[[list[str]], None]) -> None:
         def cb(children: list[str]) -> None:
@@ -436,8 +441,87 @@ class KafkaController:
             self.assignments[topic] = a
             tps = [(topic, p) for p in a.partitions]
             self._create_missing_states(tps)
+            for p in sorted(set(a.adding) | set(a.removing)):
+                self._on_reassignment((topic, p))
 
         self._watch_data(topic_path(topic), changed)
+        a = self.assignments.get(topic)
+        if a is not None:
+            for p in sorted(set(a.adding) | set(a.removing)):
+                self._enqueue(functools.partial(self._on_reassignment, (topic, p)))
+
+    # ----------------------------------------------------------------- reassignment
+
+    def _on_reassignment(self, tp: TopicPartition) -> None:
+        """Kafka's onPartitionReassignment (KIP-455), for a partition whose topic znode has
+        replicas being added or removed: RS = target + original, written by AlterPartition-
+        Reassignments. The first time, the leader epoch is bumped so that every replica in RS
+        (the new ones included) hosts the partition and the leader fetches for them; once the
+        ISR holds every target replica, a target replica leads (a new election when the leader
+        is leaving), the ISR drops the removed ones, and RS = target is written last (it is the
+        only durable copy of the original set until then)."""
+        a = self.assignments.get(tp[0])
+        if a is None or (tp[1] not in a.adding and tp[1] not in a.removing):
+            self._reassigning.discard(tp)
+            return
+        self._reload([tp])
+        state = self.states.get(tp)
+        if state is None:
+            return
+        replicas = a.partitions.get(tp[1], ())
+        removing = set(a.removing.get(tp[1], ()))
+        target = tuple(r for r in replicas if r not in removing)
+        if tp not in self._reassigning:
+            self._reassigning.add(tp)
+
+            def isr_changed(_data: bytes | None) -> None:
+                self._on_reassignment(tp)
+
+            self._watch_data(partition_state_path(*tp), isr_changed)
+            log.info(
+                "controller: reassigning %s-%d to %s (replicas now %s)",
+                tp[0], tp[1], list(target), list(replicas),
+            )  # fmt: skip
+
+            def bump(_tp: TopicPartition, st: PartitionState) -> PartitionState:
+                return replace(st, leader_epoch=st.leader_epoch + 1, controller_epoch=self.epoch)
+
+            self._update([tp], bump, "reassignment started")
+            return
+        if not set(target) <= set(state.isr):
+            return  # the new replicas are catching up
+        live = self._live()
+
+        def finish(_tp: TopicPartition, st: PartitionState) -> PartitionState | None:
+            isr = tuple(r for r in st.isr if r in target)
+            if st.leader in target and st.leader in live:
+                return replace(
+                    st, leader_epoch=st.leader_epoch + 1, isr=isr, controller_epoch=self.epoch
+                )
+            result = reassign_partition_leader(target, st.isr, live)
+            if result is None:
+                return None
+            return replace(
+                st,
+                leader=result.leader,
+                leader_epoch=st.leader_epoch + 1,
+                isr=isr,
+                controller_epoch=self.epoch,
+            )
+
+        self._update([tp], finish, "reassignment")
+        a = self.zk.get_topic_assignments([tp[0]]).get(tp[0], a)
+        done = TopicAssignment(
+            a.name,
+            a.topic_id,
+            {**a.partitions, tp[1]: target},
+            {p: r for p, r in a.adding.items() if p != tp[1]},
+            {p: r for p, r in a.removing.items() if p != tp[1]},
+        )
+        self.zk.set_topic_assignment(done, a.zk_version, self.epoch_zk_version)
+        self.assignments[tp[0]] = replace(done, zk_version=a.zk_version + 1)
+        self._reassigning.discard(tp)
+        log.info("controller: reassignment of %s-%d done: %s", tp[0], tp[1], list(target))
 
     def _delete_topics(self) -> None:
         """Kafka's TopicDeletionManager, without StopReplica: the state znodes and topic

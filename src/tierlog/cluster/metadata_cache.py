@@ -47,6 +47,9 @@ class TopicMetadata:
     topic_id: uuid.UUID | None
     partitions: Mapping[int, PartitionMetadata]
     configs: Mapping[str, str] = field(default_factory=dict)
+    #: Replicas being added / removed by a reassignment in progress, per partition.
+    adding: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    removing: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
 
 
 class MetadataCache:
@@ -108,7 +111,14 @@ class MetadataCache:
             parts[p] = PartitionMetadata(p, tuple(replicas), state)
         if configs is None:
             configs = old.configs if old is not None else {}
-        t = TopicMetadata(assignment.name, assignment.topic_id, parts, dict(configs))
+        t = TopicMetadata(
+            assignment.name,
+            assignment.topic_id,
+            parts,
+            dict(configs),
+            dict(assignment.adding),
+            dict(assignment.removing),
+        )
         self._topics[assignment.name] = t
         if old is not None and old.topic_id is not None and old.topic_id != t.topic_id:
             self._by_id.pop(old.topic_id, None)
@@ -130,8 +140,17 @@ class MetadataCache:
             return False
         parts = dict(t.partitions)
         parts[partition] = PartitionMetadata(partition, old.replicas, state)
-        self._topics[topic] = TopicMetadata(t.name, t.topic_id, parts, t.configs)
+        self._topics[topic] = TopicMetadata(
+            t.name, t.topic_id, parts, t.configs, t.adding, t.removing
+        )
         return True
+
+    def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
+        t = self._topics.get(name)
+        if t is not None:
+            self._topics[name] = TopicMetadata(
+                t.name, t.topic_id, t.partitions, dict(configs), t.adding, t.removing
+            )
 
     def remove_topic(self, name: str) -> TopicMetadata | None:
         t = self._topics.pop(name, None)

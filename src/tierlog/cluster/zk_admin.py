@@ -12,26 +12,34 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from kazoo.exceptions import BadVersionError
+
 from tierlog.cluster.replica_assignment import (
     assign_replicas_to_brokers,
     validate_manual_assignment,
 )
-from tierlog.cluster.zk_data import TopicAssignment
+from tierlog.cluster.zk_data import (
+    PREFERRED_REPLICA_ELECTION_PATH,
+    TopicAssignment,
+    encode_preferred_replica_election,
+)
 from tierlog.errors import (
     ApiError,
     InvalidPartitions,
     InvalidTopic,
+    NoReassignmentInProgress,
     TopicAlreadyExists,
     UnknownTopicOrPartition,
+    ZooKeeperClientError,
 )
 from tierlog.log.log_config import LogConfig
-from tierlog.log.log_manager import random_kafka_uuid, validate_topic_name
+from tierlog.log.partition_metadata_file import random_kafka_uuid
+from tierlog.log.topic_names import validate_topic_name
 
 if TYPE_CHECKING:
     from tierlog.cluster.zk_broker import ZkBroker
@@ -39,6 +47,9 @@ if TYPE_CHECKING:
 __all__ = ["NewClusterTopic", "ZkAdminManager"]
 
 log = logging.getLogger(__name__)
+
+_PREFERRED_LEADER_NOT_AVAILABLE = 80
+_ELECTION_NOT_NEEDED = 84
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,12 +129,11 @@ class ZkAdminManager:
         return results
 
     async def _wait_for_leaders(self, topics: Sequence[TopicAssignment], timeout_ms: int) -> None:
-        deadline = time.monotonic() + timeout_ms / 1000
         md = self._broker.metadata
-        while time.monotonic() < deadline:
-            if all(md.leader(a.name, p) is not None for a in topics for p in a.partitions):
-                return
-            await asyncio.sleep(0.02)
+        await self._broker.wait_for_metadata(
+            lambda: all(md.leader(a.name, p) is not None for a in topics for p in a.partitions),
+            timeout_ms / 1000,
+        )
 
     async def create_partitions(
         self,
@@ -176,6 +186,129 @@ class ZkAdminManager:
         )
         await asyncio.to_thread(zk.set_topic_assignment, new, current.zk_version, -1)
         await self._wait_for_leaders([new], timeout_ms)
+
+    async def elect_preferred_leaders(
+        self, partitions: Sequence[tuple[str, int]], timeout_ms: int
+    ) -> dict[tuple[str, int], int]:
+        """Preferred-leader election (ElectLeaders type 0): ``/admin/preferred_replica_election``
+        for the controller, then wait (up to ``timeout_ms``) for the preferred replicas to
+        lead. Per partition: 0 (elected), ELECTION_NOT_NEEDED (84, it already led),
+        UNKNOWN_TOPIC_OR_PARTITION (3), PREFERRED_LEADER_NOT_AVAILABLE (80: not live or not
+        in the ISR by the deadline)."""
+        md = self._broker.metadata
+        results: dict[tuple[str, int], int] = {}
+        wanted: list[tuple[str, int]] = []
+        for t, p in partitions:
+            pm = md.partition(t, p)
+            if pm is None:
+                results[(t, p)] = UnknownTopicOrPartition.error_code
+            elif pm.replicas and pm.leader == pm.replicas[0]:
+                results[(t, p)] = _ELECTION_NOT_NEEDED
+            else:
+                wanted.append((t, p))
+        if wanted:
+            await asyncio.to_thread(
+                self._broker.zk.set_or_create,
+                PREFERRED_REPLICA_ELECTION_PATH,
+                encode_preferred_replica_election(wanted),
+            )
+
+            def elected(tp: tuple[str, int]) -> bool:
+                pm = md.partition(*tp)
+                return pm is not None and bool(pm.replicas) and pm.leader == pm.replicas[0]
+
+            await self._broker.wait_for_metadata(
+                lambda: all(elected(tp) for tp in wanted), timeout_ms / 1000
+            )
+            for tp in wanted:
+                results[tp] = 0 if elected(tp) else _PREFERRED_LEADER_NOT_AVAILABLE
+        return results
+
+    async def alter_reassignments(
+        self, name: str, targets: Mapping[int, Sequence[int] | None]
+    ) -> dict[int, ApiError | None]:
+        """AlterPartitionReassignments for one topic (KIP-455 in ZooKeeper mode): each
+        partition's target replicas, or None to cancel. Writes the topic znode (RS = target +
+        original, ``adding_replicas``, ``removing_replicas``) with a compare-and-set; the
+        controller does the rest. Per partition None or the error: UNKNOWN_TOPIC_OR_PARTITION,
+        INVALID_REPLICA_ASSIGNMENT (unknown or repeated brokers, an empty list),
+        NO_REASSIGNMENT_IN_PROGRESS (cancelling none)."""
+        zk = self._broker.zk
+        live = self._broker.metadata.alive_broker_ids()
+        for _ in range(10):
+            current = (await asyncio.to_thread(zk.get_topic_assignments, [name])).get(name)
+            if current is None:
+                return {p: UnknownTopicOrPartition() for p in targets}
+            partitions = dict(current.partitions)
+            adding = dict(current.adding)
+            removing = dict(current.removing)
+            results: dict[int, ApiError | None] = {}
+            for p, target in targets.items():
+                if p not in partitions:
+                    results[p] = UnknownTopicOrPartition(f"{name}-{p} does not exist")
+                    continue
+                adds = set(adding.get(p, ()))
+                original = tuple(r for r in partitions[p] if r not in adds)
+                if target is None:
+                    if p not in adding and p not in removing:
+                        results[p] = NoReassignmentInProgress(
+                            f"no reassignment of {name}-{p} is in progress"
+                        )
+                        continue
+                    partitions[p] = original
+                    adding.pop(p, None)
+                    removing.pop(p, None)
+                    results[p] = None
+                    continue
+                try:
+                    validate_manual_assignment({0: list(target)}, live)
+                except ApiError as e:
+                    results[p] = e
+                    continue
+                tgt = tuple(target)
+                adding.pop(p, None)
+                removing.pop(p, None)
+                if set(tgt) == set(original):
+                    partitions[p] = tgt
+                else:
+                    partitions[p] = tgt + tuple(r for r in original if r not in tgt)
+                    if add := tuple(r for r in tgt if r not in original):
+                        adding[p] = add
+                    if rem := tuple(r for r in original if r not in tgt):
+                        removing[p] = rem
+                results[p] = None
+            new = TopicAssignment(
+                name, current.topic_id, partitions, adding, removing, current.zk_version
+            )
+            try:
+                await asyncio.to_thread(zk.set_topic_assignment, new, current.zk_version, -1)
+            except BadVersionError:
+                continue  # changed meanwhile (the controller finished one): again
+            log.info("reassignment of %s: %s", name, dict(targets))
+            return results
+        raise ZooKeeperClientError(f"the assignment of {name} keeps changing")
+
+    def ongoing_reassignments(
+        self, wanted: Mapping[str, Sequence[int]] | None
+    ) -> dict[str, dict[int, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]]:
+        """ListPartitionReassignments: topic -> partition -> (replicas, adding, removing),
+        for the partitions of ``wanted`` (None: all) with a reassignment in progress."""
+        out: dict[str, dict[int, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]] = {}
+        for t in self._broker.metadata.topics():
+            if wanted is not None and t.name not in wanted:
+                continue
+            for p in sorted(set(t.adding) | set(t.removing)):
+                if wanted is not None and wanted[t.name] and p not in wanted[t.name]:
+                    continue
+                pm = t.partitions.get(p)
+                if pm is None:
+                    continue
+                out.setdefault(t.name, {})[p] = (
+                    pm.replicas,
+                    t.adding.get(p, ()),
+                    t.removing.get(p, ()),
+                )
+        return out
 
     async def delete_topic(self, name: str) -> uuid.UUID | None:
         """Mark a topic for deletion (the controller deletes it); its id.

@@ -44,6 +44,8 @@ from tierlog.cluster.zk_data import (
     ControllerInfo,
     PartitionState,
     TopicAssignment,
+    config_topic_path,
+    decode_topic_config,
     partition_state_path,
     topic_path,
 )
@@ -95,6 +97,7 @@ class ZkBroker:
         self._tasks: set[asyncio.Task[Any]] = set()
         #: Set once every topic known at startup has been read (and applied).
         self.metadata_loaded = asyncio.Event()
+        self._changed = asyncio.Condition()
 
     # ----------------------------------------------------------------- wiring
 
@@ -278,12 +281,26 @@ class ZkBroker:
         for name, a in assignments.items():
             per_partition = {p: s for (t, p), s in states.items() if t == name}
             self.metadata.put_topic(a, per_partition, configs.get(name, {}))
+            self._host_replicas(a, configs.get(name, {}))
             for p in sorted(a.partitions):
                 state = per_partition.get(p)
                 if state is not None:
                     self._apply(name, p, state)
-        for name in assignments:
-            await asyncio.to_thread(self._watch_topic, name)
+        # Each watch is armed with a read: topics in parallel worker threads, so the round
+        # trips overlap (a topic's partitions are armed one after another).
+        await asyncio.gather(*(asyncio.to_thread(self._watch_topic, n) for n in assignments))
+
+    def _host_replicas(self, a: TopicAssignment, configs: dict[str, str]) -> None:
+        """Create this broker's replicas of a newly seen topic with one registry write (the
+        per-partition states then find them), rather than one write per partition."""
+        rm = self._replica_manager
+        mine = [p for p, replicas in a.partitions.items() if self.broker_id in replicas]
+        if rm is None or not mine:
+            return
+        try:
+            rm.log_manager.ensure_replicas(a.name, a.topic_id, mine, configs)
+        except Exception as e:  # each partition's state retries and reports it
+            log.error("cannot host the replicas of %s: %s", a.name, e)
 
     def _watch_topic(self, name: str) -> None:
         """(Worker thread) watch the topic znode; its partitions' state znodes are watched
@@ -298,13 +315,41 @@ class ZkBroker:
             except ValueError as e:
                 log.error("unreadable %s: %s", topic_path(name), e)
                 return
-            self._post(self.metadata.put_topic, a, {})
+            self._post(self._assignment_changed, a)
             for p in a.partitions:
                 if p not in watched:
                     watched.add(p)
                     self._watch_state(name, p)
 
         self.zk.watch_data(topic_path(name), topic_changed)
+
+        def config_changed(data: bytes | None, _version: int | None) -> None:
+            if data is None:
+                return
+            try:
+                configs = decode_topic_config(data, config_topic_path(name))
+            except ValueError as e:
+                log.error("unreadable topic config: %s", e)
+                return
+            self._post(self._config_changed, name, configs)
+
+        self.zk.watch_data(config_topic_path(name), config_changed)
+
+    def _config_changed(self, name: str, configs: dict[str, str]) -> None:
+        """A topic's overrides changed in ZooKeeper (AlterConfigs on any broker): the
+        metadata and this broker's logs of the topic take them."""
+        t = self.metadata.topic(name)
+        if t is None or dict(t.configs) == configs:
+            return
+        self.metadata.set_topic_configs(name, configs)
+        rm = self._replica_manager
+        if rm is None or rm.log_manager.topic(name) is None:
+            return
+        try:
+            rm.log_manager.alter_topic_config(name, configs, incremental=False)
+            log.info("topic %s configs now %s", name, configs)
+        except Exception as e:
+            log.error("cannot apply the configs of topic %s: %s", name, e)
 
     def _watch_state(self, name: str, partition: int) -> None:
         def state_changed(data: bytes | None, version: int | None) -> None:
@@ -319,6 +364,19 @@ class ZkBroker:
 
         self.zk.watch_data(partition_state_path(name, partition), state_changed)
 
+    def _assignment_changed(self, a: TopicAssignment) -> None:
+        """A topic znode changed (partitions added, a reassignment started or finished): the
+        partitions whose replicas changed are acted on again with their known state, so a
+        new replica starts hosting and a removed one deletes its copy."""
+        old = self.metadata.topic(a.name)
+        self.metadata.put_topic(a, {})
+        if old is None:
+            return
+        for p, replicas in a.partitions.items():
+            before = old.partitions.get(p)
+            if before is not None and before.replicas != tuple(replicas):
+                self._act(a.name, p)
+
     def _apply(self, topic: str, partition: int, state: PartitionState) -> None:
         """A partition's state from ZooKeeper: record it, and host/lead/follow it when this
         broker is a replica."""
@@ -326,10 +384,16 @@ class ZkBroker:
             return
         if not self.metadata.put_partition_state(topic, partition, state):
             return
+        self._act(topic, partition)
+
+    def _act(self, topic: str, partition: int) -> None:
         t = self.metadata.topic(topic)
         if t is None:
             return
         pm = t.partitions[partition]
+        state = pm.state
+        if state is None:
+            return
         change = PartitionChange(
             topic,
             partition,
@@ -352,6 +416,21 @@ class ZkBroker:
                 cb(change, p)
             except Exception:
                 log.exception("partition change listener failed for %s-%d", topic, partition)
+        self._spawn(self._notify_changed())
+
+    async def _notify_changed(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def wait_for_metadata(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
+        """Wait until ``predicate()`` holds, re-checked after every applied partition state;
+        False when ``timeout_s`` passed first."""
+        try:
+            async with self._changed:
+                await asyncio.wait_for(self._changed.wait_for(predicate), timeout_s)
+        except TimeoutError:
+            return predicate()
+        return True
 
     def _topic_deleted(self, name: str) -> None:
         t = self.metadata.remove_topic(name)

@@ -136,15 +136,16 @@ class CheckpointFile(Generic[T]):
     def path(self) -> Path:
         return self._path
 
-    def write_entries(self, entries: Iterable[T]) -> None:
-        """Replace the file with ``entries``, atomically and durably.
+    def write_entries(self, entries: Iterable[T], *, durable: bool = True) -> None:
+        """Replace the file with ``entries``, atomically (and durably unless ``durable`` is
+        False: then without fsync, in the page cache, which a process crash does not lose).
 
         Raises:
             OSError: the write failed; the previous checkpoint is intact.
         """
         data = encode_checkpoint(self._version, [self._formatter.to_line(e) for e in entries])
         with self._lock:
-            write_atomically(self._path, data)
+            write_atomically(self._path, data, durable=durable)
 
     def write_entries_if_dir_exists(self, entries: Iterable[T]) -> bool:
         """Like :meth:`write_entries`, but skip (return False) when the directory is gone.
@@ -281,7 +282,7 @@ def decode_leader_epoch_checkpoint(data: bytes, location: str = "<bytes>") -> li
 class LeaderEpochCheckpoint(Protocol):
     """Where a :class:`~tierlog.log.leader_epoch_file_cache.LeaderEpochFileCache` persists."""
 
-    def write(self, entries: Sequence[EpochEntry]) -> None: ...
+    def write(self, entries: Sequence[EpochEntry], *, durable: bool = True) -> None: ...
 
     def read(self) -> list[EpochEntry]: ...
 
@@ -305,9 +306,9 @@ class LeaderEpochCheckpointFile:
     def path(self) -> Path:
         return self._file.path
 
-    def write(self, entries: Sequence[EpochEntry]) -> None:
+    def write(self, entries: Sequence[EpochEntry], *, durable: bool = True) -> None:
         """Replace the checkpoint with ``entries``. Raises OSError on failure."""
-        self._file.write_entries(entries)
+        self._file.write_entries(entries, durable=durable)
 
     def write_if_dir_exists(self, entries: Sequence[EpochEntry]) -> bool:
         """Write unless the partition directory is gone; False when skipped."""
@@ -331,7 +332,7 @@ class InMemoryLeaderEpochCheckpoint:
     def __init__(self, entries: Sequence[EpochEntry] = ()) -> None:
         self._entries = list(entries)
 
-    def write(self, entries: Sequence[EpochEntry]) -> None:
+    def write(self, entries: Sequence[EpochEntry], *, durable: bool = True) -> None:
         self._entries = list(entries)
 
     def read(self) -> list[EpochEntry]:

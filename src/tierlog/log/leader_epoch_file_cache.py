@@ -109,8 +109,9 @@ class LeaderEpochFileCache:
         self._entries.append(entry)
         return True
 
-    def assign(self, epoch: int, start_offset: int) -> None:
-        """Record that ``epoch`` starts at ``start_offset`` and flush the checkpoint.
+    def assign(self, epoch: int, start_offset: int, *, durable: bool = True) -> None:
+        """Record that ``epoch`` starts at ``start_offset`` and write the checkpoint (with
+        ``durable=False`` without fsync: see :meth:`UnifiedLog.assign_epoch_start_offset`).
 
         Kafka's rules: nothing changes when ``epoch`` is already the latest epoch and
         ``start_offset`` is not smaller than its start (the common case: called for every
@@ -124,7 +125,7 @@ class LeaderEpochFileCache:
         """
         with self._lock:
             if self._assign(EpochEntry(epoch, start_offset)):
-                self._write()
+                self._write(durable=durable)
 
     def assign_entries(self, entries: list[EpochEntry]) -> None:
         """Assign several entries in order with a single checkpoint write."""
@@ -171,8 +172,8 @@ class LeaderEpochFileCache:
         with self._lock:
             self._write()
 
-    def _write(self) -> None:
-        self._checkpoint.write(list(self._entries))
+    def _write(self, *, durable: bool = True) -> None:
+        self._checkpoint.write(list(self._entries), durable=durable)
 
     # ------------------------------------------------------------------ queries
 

@@ -10,22 +10,10 @@ On disk, per log dir (Kafka's names)::
     <log.dir>/<topic>-<partition>.<uuid>-delete/ a deleted partition, removed in the background
     <log.dir>/__tierlog_topics.json              the topic registry (tierlog's own file)
 
-The topic registry. Kafka keeps topic ids, partition counts and config overrides in its
-metadata log (KRaft); tierlog is a single node and keeps them in ``__tierlog_topics.json``,
-a copy of which is written atomically (temp file, fsync, rename) into *every* log dir::
-
-    {"version": 1, "epoch": 12,
-     "topics": {"orders": {"topic_id": "<Kafka base64 id>", "partitions": 3,
-                           "configs": {"retention.ms": "3600000"}}},
-     "deleted_topic_ids": ["<Kafka base64 id>", ...]}
-
-``epoch`` grows with every write; at startup the copy with the highest epoch wins, so losing a
-log dir, or a crash between the copies, loses nothing. ``configs`` holds the topic-level
-overrides only (the broker defaults stay in server.properties). ``deleted_topic_ids`` are
-tombstones: a partition dir still carrying such an id (a crash in the middle of a delete) is
-removed at startup. Each partition dir also has Kafka's ``partition.metadata`` with the topic
-id, so a partition dir not in the registry (a Kafka log dir, or a registry lost) is adopted:
-its topic is registered with its own id and no overrides.
+``meta.properties`` is checked at startup (:mod:`~tierlog.log.meta_properties`). The topic
+registry (the ids, partition counts and config overrides of the topics, and the tombstones of
+deleted ones) is a :class:`~tierlog.log.topic_registry.TopicRegistry` the LogManager owns; its
+module describes the file.
 
 Order of writes, for crash safety: create and create-partitions write the registry first and
 then the logs (a missing partition dir is recreated empty at startup); delete writes the
@@ -46,25 +34,19 @@ flushes, writes checkpoints and removes deleted partition dirs.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import re
 import shutil
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tierlog.errors import (
     ApiError,
     ConfigError,
     CorruptCheckpointError,
-    InconsistentLogDirError,
     InvalidConfig,
     InvalidPartitions,
     InvalidTopic,
@@ -77,99 +59,28 @@ from tierlog.log.checkpoint_file import OffsetCheckpointFile
 from tierlog.log.log import Log
 from tierlog.log.log_cleaner import CleanerConfig, LogCleaner
 from tierlog.log.log_config import LONG_MAX, TOPIC_CONFIGS, LogConfig
+from tierlog.log.log_segment import wall_clock_ms
+from tierlog.log.meta_properties import check_meta_properties
 from tierlog.log.partition_metadata_file import (
     PartitionMetadataFile,
     encode_partition_metadata,
-    kafka_str_to_uuid,
+    random_kafka_uuid,
     uuid_to_kafka_str,
 )
+from tierlog.log.topic_names import unify_collision_chars, validate_topic_name
+from tierlog.log.topic_registry import NewTopic, TopicInfo, TopicRegistry
 
-__all__ = [
-    "META_PROPERTIES_FILENAME",
-    "TOPIC_REGISTRY_FILENAME",
-    "LogManager",
-    "NewTopic",
-    "TopicInfo",
-    "random_kafka_uuid",
-    "validate_topic_name",
-]
+__all__ = ["LogManager"]
 
 log = logging.getLogger(__name__)
-
-META_PROPERTIES_FILENAME = "meta.properties"
-TOPIC_REGISTRY_FILENAME = "__tierlog_topics.json"
-#: Kafka's RemoteIndexCache directory inside a log dir: not a partition.
-REMOTE_INDEX_CACHE_DIR = "remote-log-index-cache"
 
 #: How to open a log not opened yet: (recovery point, log start offset or None: unknown).
 _Unopened = tuple[int, int | None]
 #: A partition created and not used yet.
 _NEW_LOG: _Unopened = (0, None)
 
-MAX_TOPIC_NAME_LENGTH = 249
-_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
-_ZERO_UUID = uuid.UUID(int=0)
 _MAX_FILE_NAME = 255
 _MAX_WAIT_S = 1.0  # longest sleep of the background thread between checks
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def random_kafka_uuid() -> uuid.UUID:
-    """Kafka's ``Uuid.randomUuid()``: never zero, never a string starting with '-'."""
-    while True:
-        u = uuid.uuid4()
-        if u != _ZERO_UUID and not uuid_to_kafka_str(u).startswith("-"):
-            return u
-
-
-def new_cluster_id() -> str:
-    """A new cluster id: a random UUID in Kafka's base64 form (``kafka-storage random-uuid``)."""
-    return uuid_to_kafka_str(random_kafka_uuid())
-
-
-def stored_cluster_id(log_dirs: Iterable[Path]) -> str | None:
-    """The cluster id in the first readable ``meta.properties`` of ``log_dirs``, if any (a
-    broker proposes it when it finds no cluster in ZooKeeper)."""
-    for d in log_dirs:
-        try:
-            props = _parse_simple_properties((Path(d) / META_PROPERTIES_FILENAME).read_text())
-        except OSError:
-            continue
-        if props.get("cluster.id"):
-            return props["cluster.id"]
-    return None
-
-
-def validate_topic_name(name: str) -> None:
-    """Kafka's ``Topic.validate``: 1..249 characters of ``[a-zA-Z0-9._-]``, not "." or "..".
-
-    So no topic name can contain a path separator or reach outside its log dir.
-
-    Raises:
-        InvalidTopic: with Kafka's message.
-    """
-    if not name:
-        raise InvalidTopic("Topic name is illegal, it can't be empty")
-    if name in (".", ".."):
-        raise InvalidTopic('Topic name cannot be "." or ".."')
-    if len(name) > MAX_TOPIC_NAME_LENGTH:
-        raise InvalidTopic(
-            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} "
-            f"characters, topic name: {name}"
-        )
-    if not _LEGAL_TOPIC.fullmatch(name):
-        raise InvalidTopic(
-            f'Topic name "{name}" is illegal, it contains a character other than ASCII '
-            "alphanumerics, '.', '_' and '-'"
-        )
-
-
-def _collision_form(name: str) -> str:
-    """Kafka's ``Topic.unifyCollisionChars``: '.' and '_' collide in metric names."""
-    return name.replace(".", "_")
 
 
 def _parse_partition_dir(name: str) -> tuple[str, int] | None:
@@ -188,38 +99,6 @@ def _delete_dir_name(topic: str, partition: int) -> str:
     """Kafka's ``logDeleteDirName``: ``<topic>-<partition>.<uuid hex>-delete``, within 255."""
     suffix = f"-{partition}.{uuid.uuid4().hex}{lfu.DELETE_DIR_SUFFIX}"
     return topic[: _MAX_FILE_NAME - len(suffix)] + suffix
-
-
-@dataclass(frozen=True, slots=True)
-class NewTopic:
-    """A topic to create (:meth:`LogManager.create_topics`)."""
-
-    name: str
-    num_partitions: int
-    configs: Mapping[str, str]
-    topic_id: uuid.UUID | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class TopicInfo:
-    """A topic as the registry knows it. Immutable."""
-
-    name: str
-    topic_id: uuid.UUID
-    num_partitions: int
-    config: LogConfig
-    #: The partitions with a replica on this broker; None: all of them (a single node).
-    replicas: frozenset[int] | None = None
-
-    def hosts(self, partition: int) -> bool:
-        return 0 <= partition < self.num_partitions and (
-            self.replicas is None or partition in self.replicas
-        )
-
-    @property
-    def overrides(self) -> dict[str, str]:
-        """The topic-level config overrides, as strings."""
-        return self.config.to_props(overrides_only=True)
 
 
 class LogManager:
@@ -275,19 +154,20 @@ class LogManager:
 
         self._lock = threading.RLock()  # registry and the set of logs
         self._checkpoint_lock = threading.Lock()
-        # Copy-on-write: replaced, never mutated, so readers need no lock.
-        self._topics: dict[str, TopicInfo] = {}
-        # Every partition is in _log_dir_of, and in exactly one of _logs (opened) and
+        # Copy-on-write, like the registry's topics: replaced, never mutated, so readers need
+        # no lock. Every partition is in _log_dir_of, and in exactly one of _logs (opened) and
         # _unopened (opened by get_log on first use).
         self._logs: dict[tuple[str, int], Log] = {}
         self._unopened: dict[tuple[str, int], _Unopened] = {}
         self._log_dir_of: dict[tuple[str, int], Path] = {}
-        self._deleted_ids: frozenset[uuid.UUID] = frozenset()
-        self._registry_epoch = 0
-        self._registry_dirty = False  # the registry on disk lags the one in memory
-        self._registry_lines: dict[str, tuple[TopicInfo, str]] = {}  # see _encode_registry
         self._directory_ids: dict[Path, uuid.UUID] = {}
         self._offline_dirs: set[Path] = set()
+        self._registry = TopicRegistry(
+            dirs,
+            default_config,
+            offline_dirs=self._offline_dirs,
+            storage_error=self._storage_error,
+        )
 
         self._to_delete: list[Path] = []  # renamed partition dirs awaiting removal
         self._wakeup = threading.Event()
@@ -348,8 +228,13 @@ class LogManager:
                     d.mkdir(parents=True, exist_ok=True)
                 except OSError as e:
                     raise self._storage_error(e, d, "create log dir") from e
-            self._check_meta_properties()
-            self._load_registry()
+            self._cluster_id, self._directory_ids = check_meta_properties(
+                self._log_dirs,
+                node_id=self._node_id,
+                cluster_id=self._cluster_id,
+                storage_error=self._storage_error,
+            )
+            self._registry.load()
             self._load_logs()
             self._started = True
         self._thread = threading.Thread(target=self._run, name="tierlog-log-manager", daemon=True)
@@ -406,13 +291,13 @@ class LogManager:
     # ----------------------------------------------------------------- queries
 
     def topic(self, name: str) -> TopicInfo | None:
-        return self._topics.get(name)
+        return self._registry.topics.get(name)
 
     def topics(self) -> dict[str, TopicInfo]:
-        return dict(self._topics)
+        return dict(self._registry.topics)
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
-        for info in self._topics.values():
+        for info in self._registry.topics.values():
             if info.topic_id == topic_id:
                 return info
         return None
@@ -440,7 +325,7 @@ class LogManager:
             state = self._unopened.get(tp)
             if lg is not None or state is None:
                 return lg
-            info = self._topics[tp[0]]
+            info = self._registry.topics[tp[0]]
             path = self._log_dir_of[tp] / lfu.log_dir_name(*tp)
             try:
                 lg = Log.open(
@@ -504,7 +389,7 @@ class LogManager:
             if validate_only or not new:
                 return results
             try:
-                self._save_registry({**self._topics, **new})
+                self._registry.save({**self._registry.topics, **new})
             except KafkaStorageError as e:
                 return [e if isinstance(r, TopicInfo) else r for r in results]
             for i, r in enumerate(results):
@@ -513,7 +398,7 @@ class LogManager:
                 try:
                     self._open_new_logs(r, range(r.num_partitions))
                 except BaseException as e:
-                    remaining = dict(self._topics)
+                    remaining = dict(self._registry.topics)
                     del remaining[r.name]
                     self._roll_back(r.name, range(r.num_partitions), remaining)
                     if not isinstance(e, ApiError):
@@ -531,11 +416,11 @@ class LogManager:
                 f"Number of partitions was set to an invalid non-positive value: {t.num_partitions}"
             )
         config = self._topic_config(t.configs)
-        if name in self._topics or name in pending:
+        if name in self._registry.topics or name in pending:
             raise TopicAlreadyExists(f"Topic '{name}' already exists.")
-        collision = _collision_form(name)
-        for other in (*self._topics, *pending):
-            if _collision_form(other) == collision:
+        collision = unify_collision_chars(name)
+        for other in (*self._registry.topics, *pending):
+            if unify_collision_chars(other) == collision:
                 raise InvalidTopic(f"Topic '{name}' collides with existing topic: {other}")
         topic_id = t.topic_id
         if topic_id is not None and (
@@ -555,7 +440,7 @@ class LogManager:
         """
         with self._lock:
             self._check_started()
-            info = self._topics.get(name)
+            info = self._registry.topics.get(name)
             if info is None:
                 raise UnknownTopicOrPartition(f"Topic '{name}' does not exist.")
             if new_total == info.num_partitions:
@@ -566,12 +451,12 @@ class LogManager:
                     f"than the requested {new_total}."
                 )
             new = TopicInfo(name, info.topic_id, new_total, info.config)
-            self._save_registry({**self._topics, name: new})
+            self._registry.save({**self._registry.topics, name: new})
             added = range(info.num_partitions, new_total)
             try:
                 self._open_new_logs(new, added)
             except BaseException:
-                self._roll_back(name, added, {**self._topics, name: info})
+                self._roll_back(name, added, {**self._registry.topics, name: info})
                 raise
             return new
 
@@ -586,13 +471,13 @@ class LogManager:
         """
         with self._lock:
             self._check_started()
-            info = self._topics.get(name)
+            info = self._registry.topics.get(name)
             if info is None:
                 raise UnknownTopicOrPartition(f"Topic '{name}' does not exist.")
-            topics = dict(self._topics)
+            topics = dict(self._registry.topics)
             del topics[name]
             self._flush_partition_metadata(name, info.num_partitions)
-            self._save_registry(topics, deleted=self._deleted_ids | {info.topic_id})
+            self._registry.save(topics, deleted=self._registry.deleted_ids | {info.topic_id})
             self._drop_logs(name, range(info.num_partitions))
         self._wakeup.set()
 
@@ -604,17 +489,36 @@ class LogManager:
         configs: Mapping[str, str],
     ) -> Log:
         """Host one partition of a cluster topic (the controller made this broker a
-        replica): its log, created when new. A local topic of the same name with another
-        id is an older incarnation (deleted and re-created while this broker was away): it
-        is deleted first.
+        replica): its log, created when new (see :meth:`ensure_replicas`).
 
         Raises:
             InvalidConfig: ``configs`` has an unknown key or a bad value.
             KafkaStorageError: the partition dir cannot be created or opened.
         """
+        self.ensure_replicas(name, topic_id, [partition], configs)
+        lg = self.get_log(name, partition)
+        assert lg is not None  # hosted now
+        return lg
+
+    def ensure_replicas(
+        self,
+        name: str,
+        topic_id: uuid.UUID | None,
+        partitions: Iterable[int],
+        configs: Mapping[str, str],
+    ) -> None:
+        """Host these partitions of a cluster topic, creating the new ones with one registry
+        write (a broker that learns of a topic hosts all its replicas of it at once). A local
+        topic of the same name with another id is an older incarnation (deleted and
+        re-created while this broker was away): it is deleted first.
+
+        Raises:
+            InvalidConfig: ``configs`` has an unknown key or a bad value.
+            KafkaStorageError: a partition dir cannot be created.
+        """
         with self._lock:
             self._check_started()
-            info = self._topics.get(name)
+            info = self._registry.topics.get(name)
             if info is not None and topic_id is not None and info.topic_id != topic_id:
                 log.warning(
                     "topic %s here has id %s, the cluster's has id %s: deleting the old one",
@@ -622,37 +526,35 @@ class LogManager:
                 )  # fmt: skip
                 self.delete_topic(name)
                 info = None
-            if info is not None and info.hosts(partition):
-                lg = self.get_log(name, partition)
-                if lg is not None:
-                    return lg
+            wanted = sorted(set(partitions))
+            new_parts = [p for p in wanted if info is None or not info.hosts(p)]
+            if not new_parts:
+                return
+            count = max(wanted) + 1
             if info is None:
                 new = TopicInfo(
                     name,
                     topic_id or random_kafka_uuid(),
-                    partition + 1,
+                    count,
                     self._topic_config(configs),
-                    frozenset((partition,)),
+                    frozenset(wanted),
                 )
             else:
-                hosted = (info.replicas or frozenset(range(info.num_partitions))) | {partition}
+                hosted = info.replicas or frozenset(range(info.num_partitions))
                 new = TopicInfo(
                     name,
                     info.topic_id,
-                    max(info.num_partitions, partition + 1),
+                    max(info.num_partitions, count),
                     info.config,
-                    hosted,
+                    hosted | set(wanted),
                 )
-            previous = dict(self._topics)
-            self._save_registry({**self._topics, name: new})
+            previous = dict(self._registry.topics)
+            self._registry.save({**self._registry.topics, name: new})
             try:
-                self._open_new_logs(new, [partition])
+                self._open_new_logs(new, new_parts)
             except BaseException:
-                self._roll_back(name, [partition], previous)
+                self._roll_back(name, new_parts, previous)
                 raise
-            lg = self.get_log(name, partition)
-            assert lg is not None  # just created
-            return lg
 
     def delete_replica(self, name: str, partition: int) -> None:
         """Stop hosting one partition (the topic was deleted, or the replica moved away):
@@ -660,7 +562,7 @@ class LogManager:
         Nothing to do when it is not hosted."""
         with self._lock:
             self._check_started()
-            info = self._topics.get(name)
+            info = self._registry.topics.get(name)
             if info is None or not info.hosts(partition):
                 return
             hosted = (info.replicas or frozenset(range(info.num_partitions))) - {partition}
@@ -668,7 +570,7 @@ class LogManager:
                 self.delete_topic(name)
                 return
             new = TopicInfo(name, info.topic_id, info.num_partitions, info.config, hosted)
-            self._save_registry({**self._topics, name: new})
+            self._registry.save({**self._registry.topics, name: new})
             self._drop_logs(name, [partition])
         self._wakeup.set()
 
@@ -706,7 +608,7 @@ class LogManager:
         """
         with self._lock:
             self._check_started()
-            info = self._topics.get(name)
+            info = self._registry.topics.get(name)
             if info is None:
                 raise UnknownTopicOrPartition(f"Topic '{name}' does not exist.")
             new_overrides = dict(info.overrides) if incremental else {}
@@ -719,7 +621,7 @@ class LogManager:
                     new_overrides.pop(key, None)
             config = self._topic_config(new_overrides)
             new = TopicInfo(name, info.topic_id, info.num_partitions, config, info.replicas)
-            self._save_registry({**self._topics, name: new})
+            self._registry.save({**self._registry.topics, name: new})
             for p in range(info.num_partitions):
                 lg = self._logs.get((name, p))
                 if lg is not None:
@@ -806,191 +708,9 @@ class LogManager:
             except OSError as e:
                 log.error("cannot remove deleted partition dir %s: %s", d, e)
 
-    # ----------------------------------------------------------------- meta.properties
-
-    def _check_meta_properties(self) -> None:
-        stored: dict[Path, dict[str, str]] = {}
-        for d in self._log_dirs:
-            path = d / META_PROPERTIES_FILENAME
-            try:
-                text = path.read_text("utf-8")
-            except FileNotFoundError:
-                continue
-            except OSError as e:
-                raise self._storage_error(e, path, "read") from e
-            stored[d] = _parse_simple_properties(text)
-        cluster_ids = {p["cluster.id"] for p in stored.values() if p.get("cluster.id")}
-        if self._cluster_id is not None:
-            cluster_ids.add(self._cluster_id)
-        if len(cluster_ids) > 1:
-            raise InconsistentLogDirError(
-                f"the log dirs belong to different clusters: {', '.join(sorted(cluster_ids))}"
-            )
-        self._cluster_id = cluster_ids.pop() if cluster_ids else new_cluster_id()
-        seen_dir_ids: set[uuid.UUID] = set()
-        for d in self._log_dirs:
-            props = stored.get(d, {})
-            path = d / META_PROPERTIES_FILENAME
-            version = props.get("version", "1")
-            if version not in ("0", "1"):
-                raise InconsistentLogDirError(f"{path}: unknown meta.properties version {version}")
-            node = props.get("node.id", props.get("broker.id"))
-            if node is not None and node.strip() != str(self._node_id):
-                raise InconsistentLogDirError(
-                    f"{path}: stored node id {node} does not match this node's id "
-                    f"{self._node_id} (node.id)"
-                )
-            dir_id: uuid.UUID | None = None
-            if props.get("directory.id"):
-                try:
-                    dir_id = kafka_str_to_uuid(props["directory.id"])
-                except ValueError as e:
-                    raise InconsistentLogDirError(f"{path}: bad directory.id: {e}") from None
-            if dir_id is None or dir_id in seen_dir_ids:
-                dir_id = random_kafka_uuid()
-            seen_dir_ids.add(dir_id)
-            self._directory_ids[d] = dir_id
-            wanted = {
-                "cluster.id": self._cluster_id,
-                "directory.id": uuid_to_kafka_str(dir_id),
-                "node.id": str(self._node_id),
-                "version": "1",
-            }
-            if props != wanted:
-                body = "#\n#Written by tierlog\n" + "".join(f"{k}={v}\n" for k, v in wanted.items())
-                try:
-                    lfu.write_atomically(path, body.encode())
-                except OSError as e:
-                    raise self._storage_error(e, path, "write") from e
-
-    # ----------------------------------------------------------------- registry
-
-    def _registry_paths(self) -> list[Path]:
-        return [d / TOPIC_REGISTRY_FILENAME for d in self._log_dirs]
-
-    def _load_registry(self) -> None:
-        best: dict[str, Any] | None = None
-        epochs: list[int] = []
-        for path in self._registry_paths():
-            try:
-                data = json.loads(path.read_bytes())
-            except FileNotFoundError:
-                continue
-            except (OSError, ValueError) as e:
-                log.error("ignoring unreadable topic registry %s: %s", path, e)
-                continue
-            if not isinstance(data, dict) or data.get("version") != 1:
-                log.error("ignoring topic registry %s of unknown format", path)
-                continue
-            epochs.append(int(data.get("epoch", 0)))
-            if best is None or epochs[-1] > int(best.get("epoch", 0)):
-                best = data
-        topics: dict[str, TopicInfo] = {}
-        deleted: set[uuid.UUID] = set()
-        if best is not None:
-            self._registry_epoch = int(best.get("epoch", 0))
-            # A dir without the newest copy (added to log.dirs, or a crash between copies).
-            self._registry_dirty = epochs.count(self._registry_epoch) != len(self._log_dirs)
-            for name, t in best.get("topics", {}).items():
-                if not isinstance(t, dict):
-                    log.error("malformed registry entry for topic %s", name)
-                    continue
-                try:
-                    validate_topic_name(name)
-                    config = self._default_config.with_overrides(t.get("configs", {}))
-                except (InvalidTopic, ConfigError) as e:
-                    # A broker default or a config rule changed since it was written: keep the
-                    # topic with its valid overrides only, and say so.
-                    log.error("topic %s in the registry: %s", name, e)
-                    if isinstance(e, InvalidTopic):
-                        continue
-                    config = self._lenient_config(t.get("configs", {}))
-                try:
-                    topic_id, partitions = kafka_str_to_uuid(t["topic_id"]), int(t["partitions"])
-                    hosted = t.get("replicas")
-                    replicas = None if hosted is None else frozenset(int(x) for x in hosted)
-                except (KeyError, TypeError, ValueError) as e:
-                    # Its partition dirs are adopted below, with their partition.metadata ids.
-                    log.error("malformed registry entry for topic %s: %r", name, e)
-                    continue
-                topics[name] = TopicInfo(name, topic_id, partitions, config, replicas)
-            for s in best.get("deleted_topic_ids", []):
-                try:
-                    deleted.add(kafka_str_to_uuid(s))
-                except ValueError as e:
-                    log.error("malformed deleted topic id in the registry: %s", e)
-        self._topics = topics
-        self._deleted_ids = frozenset(deleted)
-
-    def _lenient_config(self, configs: Mapping[str, str]) -> LogConfig:
-        config = self._default_config
-        for k, v in configs.items():
-            try:
-                config = config.with_overrides({k: v})
-            except ConfigError as e:
-                log.error("dropping topic config override %s=%s: %s", k, v, e)
-        return config
-
-    def _save_registry(
-        self, topics: dict[str, TopicInfo], deleted: frozenset[uuid.UUID] | None = None
-    ) -> None:
-        """Persist ``topics`` (every log dir), then make it the live registry."""
-        deleted = self._deleted_ids if deleted is None else deleted
-        epoch = self._registry_epoch + 1
-        data = self._encode_registry(epoch, topics, deleted)
-        written = 0
-        error: OSError | None = None
-        for d, path in zip(self._log_dirs, self._registry_paths(), strict=True):
-            if d in self._offline_dirs:
-                continue
-            try:
-                lfu.write_atomically(path, data)
-                written += 1
-            except OSError as e:
-                error = e
-                self._storage_error(e, path, "write")
-        if written == 0:
-            why = error if error is not None else "every log dir is offline"
-            raise KafkaStorageError(f"cannot write the topic registry in any log dir: {why}")
-        self._registry_epoch = epoch
-        self._topics = dict(topics)
-        self._deleted_ids = frozenset(deleted)
-        self._registry_dirty = False
-
-    def _encode_registry(
-        self, epoch: int, topics: dict[str, TopicInfo], deleted: frozenset[uuid.UUID]
-    ) -> bytes:
-        """The registry file: one line per topic, each line encoded once per TopicInfo (a
-        create rewrites the file, so encoding every topic each time is quadratic)."""
-        cache: dict[str, tuple[TopicInfo, str]] = {}
-        lines = []
-        for name, info in sorted(topics.items()):
-            cached = self._registry_lines.get(name)
-            if cached is None or cached[0] is not info:
-                entry: dict[str, Any] = {
-                    "topic_id": uuid_to_kafka_str(info.topic_id),
-                    "partitions": info.num_partitions,
-                    "configs": info.overrides,
-                }
-                if info.replicas is not None:
-                    entry["replicas"] = sorted(info.replicas)
-                cached = (info, f"  {json.dumps(name)}: {json.dumps(entry)}")
-            cache[name] = cached
-            lines.append(cached[1])
-        self._registry_lines = cache
-        tombstones = json.dumps(sorted(uuid_to_kafka_str(u) for u in deleted))
-        topics_json = "{\n" + ",\n".join(lines) + "\n }" if lines else "{}"
-        return (
-            f'{{\n "version": 1,\n "epoch": {epoch},\n "topics": {topics_json},\n'
-            f' "deleted_topic_ids": {tombstones}\n}}\n'
-        ).encode()
-
     def _persist_registry_if_dirty(self) -> None:
-        """Write the registry when the copy on disk lags the one in memory (a write that
-        failed, e.g. on EMFILE during a rollback)."""
         with self._lock:
-            if self._registry_dirty:
-                self._save_registry(self._topics)
+            self._registry.persist_if_dirty()
 
     # ----------------------------------------------------------------- loading
 
@@ -1023,10 +743,10 @@ class LogManager:
                         d,
                     )
                     continue
-                info = self._topics.get(tp[0])
+                info = self._registry.topics.get(tp[0])
                 # Vouched for by the marker (the topic id is checked when the log is opened);
                 # with tombstones, each dir's id is read to find a delete to finish.
-                vouched = clean and not self._deleted_ids
+                vouched = clean and not self._registry.deleted_ids
                 if vouched and info is not None and info.hosts(tp[1]):
                     tp = (info.name, tp[1])  # one topic name string for its partitions
                     self._log_dir_of[tp] = d
@@ -1040,7 +760,7 @@ class LogManager:
                 except (CorruptCheckpointError, OSError) as e:
                     log.warning("%s: %s; using the registry's topic id", entry, e)
                     stored_id = None
-                if stored_id is not None and stored_id in self._deleted_ids:
+                if stored_id is not None and stored_id in self._registry.deleted_ids:
                     self._rename_for_delete(entry, *tp)
                     continue
                 if info is not None and stored_id is not None and stored_id != info.topic_id:
@@ -1063,8 +783,7 @@ class LogManager:
                     replicas = None if info.replicas is None else info.replicas | {tp[1]}
                     count = max(info.num_partitions, tp[1] + 1)
                     info = TopicInfo(info.name, info.topic_id, count, info.config, replicas)
-                    self._topics = {**self._topics, info.name: info}
-                    self._registry_dirty = True
+                    self._registry.set_unsaved({**self._registry.topics, info.name: info})
                 self._log_dir_of[tp] = d
                 if clean:
                     self._unopened[tp] = (recovery.get(tp, 0), starts.get(tp))
@@ -1074,7 +793,7 @@ class LogManager:
                     )
         # Registered partitions without a dir (a crash after the registry write): create them.
         counts: dict[Path, int] | None = None
-        for name, info in self._topics.items():
+        for name, info in self._registry.topics.items():
             for p in range(info.num_partitions):
                 if (name, p) not in self._log_dir_of and info.hosts(p):
                     if counts is None:
@@ -1084,8 +803,8 @@ class LogManager:
                     jobs.append(
                         (d / lfu.log_dir_name(name, p), (name, p), info.topic_id, True, 0, None)
                     )
-        if self._registry_dirty:
-            self._save_registry(self._topics, self._deleted_ids)
+        if self._registry.dirty:
+            self._registry.save(self._registry.topics)
 
         def open_one(
             job: tuple[Path, tuple[str, int], uuid.UUID | None, bool, int, int | None],
@@ -1094,7 +813,7 @@ class LogManager:
             try:
                 lg = Log.open(
                     path,
-                    self._topics[tp[0]].config,
+                    self._registry.topics[tp[0]].config,
                     log_start_offset=start,
                     recovery_point=recovery_point,
                     topic_id=topic_id,
@@ -1118,8 +837,8 @@ class LogManager:
             except OSError as e:
                 raise self._storage_error(e, d, "remove the clean shutdown marker in") from e
         # Tombstones whose dirs are all gone are no longer needed.
-        if self._deleted_ids:
-            self._save_registry(self._topics, frozenset())
+        if self._registry.deleted_ids:
+            self._registry.save(self._registry.topics, frozenset())
         log.info(
             "loaded %d logs from %s (%d more to open on first use)",
             len(logs),
@@ -1138,8 +857,7 @@ class LogManager:
             name,
             uuid_to_kafka_str(info.topic_id),
         )
-        self._topics = {**self._topics, name: info}
-        self._registry_dirty = True
+        self._registry.set_unsaved({**self._registry.topics, name: info})
         return info
 
     def _read_checkpoint(self, path: Path) -> dict[tuple[str, int], int]:
@@ -1191,12 +909,12 @@ class LogManager:
         except (KafkaStorageError, OSError) as e:
             log.warning("rolling back topic %s: %s", topic, e)
         try:
-            self._save_registry(topics)
+            self._registry.save(topics)
         except (KafkaStorageError, OSError) as e:
             # Served as rolled back now; the next registry write (any topic change) persists it.
             log.error("rolling back topic %s: the registry on disk still has it: %s", topic, e)
-            self._topics = dict(topics)
-            self._registry_dirty = True  # written by the background thread or at shutdown
+            # Written by the background thread or at shutdown.
+            self._registry.set_unsaved(dict(topics))
 
     def _drop_logs(self, topic: str, partitions: Iterable[int]) -> None:
         """Close the logs and rename their dirs for background deletion."""
@@ -1354,16 +1072,3 @@ def _write_new_file(path: Path, data: bytes) -> None:
             view = view[os.write(fd, view) :]
     finally:
         os.close(fd)
-
-
-def _parse_simple_properties(text: str) -> dict[str, str]:
-    """``key=value`` lines of a meta.properties file (comments skipped)."""
-    props: dict[str, str] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line[0] in "#!":
-            continue
-        key, sep, value = line.partition("=")
-        if sep:
-            props[key.strip()] = value.strip()
-    return props

@@ -7,7 +7,8 @@ Format (UTF-8, no trailing newline, as Kafka writes it)::
 
 The topic id is written as Kafka's ``Uuid.toString()``: the 16 bytes (most significant first)
 in URL-safe base64 without padding -- 22 characters, e.g. ``AAAAAAAAAAAAAAAAAAAAAQ`` for the
-UUID ``00000000-0000-0000-0000-000000000001``.
+UUID ``00000000-0000-0000-0000-000000000001``. Kafka's ``Uuid`` helpers (random, to and from
+that string) live here too; topic, directory and cluster ids all use them.
 """
 
 from __future__ import annotations
@@ -34,6 +35,14 @@ _URL_SAFE_BASE64 = re.compile(r"[A-Za-z0-9_-]*={0,2}")
 def uuid_to_kafka_str(u: uuid.UUID) -> str:
     """Kafka's ``Uuid.toString()``: URL-safe base64 of the 16 bytes, without padding."""
     return base64.urlsafe_b64encode(u.bytes).rstrip(b"=").decode("ascii")
+
+
+def random_kafka_uuid() -> uuid.UUID:
+    """Kafka's ``Uuid.randomUuid()``: never zero, never a string starting with '-'."""
+    while True:
+        u = uuid.uuid4()
+        if u != ZERO_UUID and not uuid_to_kafka_str(u).startswith("-"):
+            return u
 
 
 def kafka_str_to_uuid(s: str) -> uuid.UUID:

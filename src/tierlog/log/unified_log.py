@@ -478,9 +478,17 @@ class UnifiedLog(LocalLog):
     def assign_epoch_start_offset(self, epoch: int, start_offset: int) -> None:
         """Record that ``epoch`` starts at ``start_offset`` (a new leader, at its log end
         offset, before any batch of the epoch is written: Kafka's
-        ``maybeAssignEpochStartOffset``)."""
+        ``maybeAssignEpochStartOffset``).
+
+        The checkpoint is written without fsync (as Kafka does since 3.7, KAFKA-15046):
+        leadership changes come by the thousand when a broker fails, and an fsync each on the
+        event loop stalled a 3-broker cluster for seconds. A process crash loses nothing (the
+        page cache keeps it); a machine crash may lose the entry of an epoch that has no batch
+        yet, which a restarted broker never needs: it comes back as a follower and truncates
+        to its leader (an epoch with batches is rebuilt from them by recovery)."""
         with self._lock:
-            self._assign_epoch(epoch, start_offset)
+            self.leader_epoch_cache.assign(epoch, start_offset, durable=False)
+            self._latest_epoch = self.leader_epoch_cache.latest_epoch
 
     def _assign_epoch(self, epoch: int, start_offset: int) -> None:
         self.leader_epoch_cache.assign(epoch, start_offset)

@@ -72,6 +72,7 @@ class ApiKey(enum.IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
@@ -80,9 +81,15 @@ class ApiKey(enum.IntEnum):
     OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
 
 
@@ -103,6 +110,9 @@ ADVERTISED: Final[Mapping[int, tuple[int, int]]] = MappingProxyType(
         ApiKey.SYNC_GROUP: (0, 5),  # 5/3/3/3
         ApiKey.DESCRIBE_GROUPS: (0, 6),  # kio 0-6
         ApiKey.LIST_GROUPS: (0, 5),  # kio 0-5
+        # v0 is followed by raw SASL tokens without Kafka framing (pre-KIP-152 clients);
+        # every client we serve sends v1 and then SaslAuthenticate.
+        ApiKey.SASL_HANDSHAKE: (1, 1),  # 1/1/1/1; kio 0-1
         ApiKey.API_VERSIONS: (0, 4),  # 4/3/0/2
         ApiKey.CREATE_TOPICS: (2, 7),  # 7/4/3/3; kio 2-7
         ApiKey.DELETE_TOPICS: (1, 6),  # 6/4/3/1; kio 1-6
@@ -111,9 +121,15 @@ ADVERTISED: Final[Mapping[int, tuple[int, int]]] = MappingProxyType(
         ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),  # 4/2/-/-; kio 2-4 (Kafka 3.7: 0-4)
         ApiKey.DESCRIBE_CONFIGS: (1, 4),  # 4/1/2/2; kio 1-4
         ApiKey.ALTER_CONFIGS: (0, 2),  # 2/2/1/1
+        ApiKey.SASL_AUTHENTICATE: (0, 2),  # 1/2/1/1 (v1: KIP-368 session lifetime)
         ApiKey.CREATE_PARTITIONS: (0, 3),  # kio 0-3
         ApiKey.DELETE_GROUPS: (0, 2),  # kio 0-2
+        ApiKey.ELECT_LEADERS: (0, 2),  # kio 0-2 (kafka-leader-election, AdminClient)
         ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),  # 1/1/-/-
+        ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),  # kio 0-1
+        ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),  # kio 0
+        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),  # -/0/-/-
+        ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),  # -/0/-/-
         ApiKey.DESCRIBE_CLUSTER: (0, 2),  # kio 0-2
     }
 )

@@ -229,6 +229,18 @@ class ServerConnection:
     # ------------------------------------------------------------------ state
 
     @property
+    def max_frame_size(self) -> int:
+        """The largest request size field accepted; the server lowers it on SASL listeners
+        until the client has authenticated (``sasl.server.max.receive.size``)."""
+        return self._max_frame_size
+
+    @max_frame_size.setter
+    def max_frame_size(self, value: int) -> None:
+        if value < 0:
+            raise ValueError(f"max_frame_size must be >= 0, got {value}")
+        self._max_frame_size = value
+
+    @property
     def in_flight(self) -> int:
         """Requests returned by :meth:`next_event` whose response has not been released yet
         (acks=0 Produce excluded)."""

@@ -27,11 +27,15 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from tierlog.coordinator.group.group_coordinator import GroupCoordinator
 from tierlog.errors import ConfigError, TierlogError
 from tierlog.log.file_handle_cache import file_handle_cache
-from tierlog.log.log_manager import LogManager, new_cluster_id, stored_cluster_id
+from tierlog.log.log_manager import LogManager
+from tierlog.log.meta_properties import new_cluster_id, stored_cluster_id
 from tierlog.protocol.api_versions import preload_schemas
-from tierlog.server.group_coordinator import GroupCoordinator
+from tierlog.security.channel_builder import build_channel_builders
+from tierlog.security.credential_store import CredentialStore
+from tierlog.security.principal import ANONYMOUS, KafkaPrincipal
 from tierlog.server.kafka_apis import BrokerEndpoint, KafkaApis
 from tierlog.server.kafka_config import KafkaConfig
 from tierlog.server.network import SocketServer
@@ -70,6 +74,7 @@ class Broker:
         self.zk_broker: ZkBroker | None = None
         self.controller: KafkaController | None = None
         self._isr_task: asyncio.Task[None] | None = None
+        self._hw_task: asyncio.Task[None] | None = None
         self.bound: list[tuple[str, int]] = []
         self._stopped = asyncio.Event()
         self._shutting_down = False
@@ -83,6 +88,9 @@ class Broker:
         """
         c = self.config
         t0 = time.monotonic()
+        # TLS stores and JAAS first: a bad one stops the broker before any log is touched.
+        credentials = CredentialStore.in_log_dir(c.log_dirs[0])
+        channels = build_channel_builders(c, credentials)
         _budget_open_files(c.log_max_open_files)
         cluster_id = None
         if c.zookeeper_connect is not None:
@@ -125,6 +133,8 @@ class Broker:
             cluster=zk_broker,
         )
         self.replica_manager = rm
+        if zk_broker is not None:
+            await asyncio.to_thread(rm.load_high_watermarks)
         if tiered is not None:
             # Events appended to __remote_log_metadata wake the fetches parked on it.
             tiered.on_metadata_append = lambda mp: rm.wake(REMOTE_LOG_METADATA_TOPIC_NAME, mp)
@@ -151,11 +161,12 @@ class Broker:
         )
         self.server = server
         for e in c.listeners:
-            self.bound.append(await server.listen(e.host, e.port))
+            self.bound.append(await server.listen(e.host, e.port, channels[e.listener_name]))
         adv = c.advertised_listeners[0]
         port = adv.port or self.bound[0][1]
         host = adv.host or self.bound[0][0]
         endpoint = BrokerEndpoint(c.node_id, host, port, c.broker_rack)
+        endpoints = _listener_endpoints(c, self.bound)
         admin = None
         if zk_broker is not None:
             from tierlog.cluster.zk_admin import ZkAdminManager
@@ -177,6 +188,8 @@ class Broker:
             tiered=tiered,
             cluster=zk_broker,
             admin=admin,
+            credentials=credentials,
+            endpoints=endpoints,
         )
         if zk_broker is not None:
             await self._join_cluster(zk_broker, rm, gc)
@@ -302,6 +315,17 @@ class Broker:
         self._isr_task = asyncio.create_task(
             zk_broker.run_isr_expiration(c.replica_lag_time_max_ms / 2000), name="isr-expiration"
         )
+        self._hw_task = asyncio.create_task(
+            self._checkpoint_high_watermarks(c.replica_high_watermark_checkpoint_interval_ms),
+            name="highwatermark-checkpoint",
+        )
+
+    async def _checkpoint_high_watermarks(self, interval_ms: int) -> None:
+        rm = self.replica_manager
+        assert rm is not None
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            await asyncio.to_thread(rm.write_high_watermarks, rm.high_watermarks())
 
     def _delete_topics_gone_from_cluster(self, zk_broker: ZkBroker) -> None:
         """Local topics the cluster no longer has (deleted while this broker was down)."""
@@ -313,11 +337,13 @@ class Broker:
                 log.info("topic %s was deleted while this broker was away: deleting it", name)
                 lm.delete_topic(name)
 
-    def _handle(self, ev: Any, client_host: str) -> Any:
+    def _handle(
+        self, ev: Any, client_host: str, principal: KafkaPrincipal = ANONYMOUS, listener: str = ""
+    ) -> Any:
         apis = self.apis
         if apis is None:  # connections accepted before wiring finished (cannot happen)
             raise RuntimeError("broker not started")
-        return apis.handle(ev, client_host)
+        return apis.handle(ev, client_host, principal, listener)
 
     def request_stop(self) -> None:
         """Ask :meth:`serve_forever` to shut down (signal handlers call this)."""
@@ -367,8 +393,12 @@ class Broker:
                 await asyncio.to_thread(self.tiered.close)
             except Exception:
                 log.exception("tiered storage stop failed")
-        if self._isr_task is not None:
-            self._isr_task.cancel()
+        for task in (self._isr_task, self._hw_task):
+            if task is not None:
+                task.cancel()
+        if self.zk_broker is not None and self.replica_manager is not None:
+            rm = self.replica_manager
+            await asyncio.to_thread(rm.write_high_watermarks, rm.high_watermarks())
         if self.controller is not None:
             await asyncio.to_thread(self.controller.stop)
         if self.zk_broker is not None:
@@ -379,6 +409,20 @@ class Broker:
             # Last: closing the session removes the registration, which tells the controller.
             await asyncio.to_thread(self.zk.close)
         log.info("tierlog broker stopped cleanly in %.2fs", time.monotonic() - t0)
+
+
+def _listener_endpoints(c: KafkaConfig, bound: list[tuple[str, int]]) -> dict[str, BrokerEndpoint]:
+    """Each listener's advertised address (advertised.listeners of the same name, else the
+    bound address), so a client of one listener is never sent to another's port."""
+    bound_by_name = {e.listener_name: b for e, b in zip(c.listeners, bound, strict=True)}
+    out: dict[str, BrokerEndpoint] = {}
+    for e in c.listeners:
+        adv = next((a for a in c.advertised_listeners if a.listener_name == e.listener_name), e)
+        b_host, b_port = bound_by_name[e.listener_name]
+        out[e.listener_name] = BrokerEndpoint(
+            c.node_id, adv.host or b_host, adv.port or b_port, c.broker_rack
+        )
+    return out
 
 
 def _preload_schemas() -> None:

@@ -10,26 +10,30 @@ Not thread-safe: the event loop thread calls :meth:`KafkaApis.handle`.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import logging
 import types
 import typing
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kio.index import load_response_schema
 
 from tierlog.errors import InvalidRequest
+from tierlog.security.principal import ANONYMOUS, KafkaPrincipal
 
 if TYPE_CHECKING:
     from tierlog.cluster.controller import KafkaController
     from tierlog.cluster.zk_admin import ZkAdminManager
     from tierlog.cluster.zk_broker import ZkBroker
+    from tierlog.coordinator.group.group_coordinator import GroupCoordinator
+    from tierlog.log.log_config import LogConfig
     from tierlog.log.log_manager import LogManager
-    from tierlog.server.group_coordinator import GroupCoordinator
+    from tierlog.security.credential_store import CredentialStore
     from tierlog.server.kafka_config import KafkaConfig
     from tierlog.server.producer_id_manager import ProducerIdManager
     from tierlog.server.replica_manager import ReplicaManager
@@ -149,13 +153,20 @@ class KafkaApis:
         cluster: ZkBroker | None = None,
         controller: KafkaController | None = None,
         admin: ZkAdminManager | None = None,
+        credentials: CredentialStore | None = None,
+        endpoints: Mapping[str, BrokerEndpoint] | None = None,
     ) -> None:
         self.config = config
         self.log_manager = log_manager
         self.replica_manager = replica_manager
         self.group_coordinator = group_coordinator
         self.producer_id_manager = producer_id_manager
-        self.endpoint = endpoint
+        self._default_endpoint = endpoint
+        #: This node as each listener advertises it (Metadata answers with the address of the
+        #: listener the request came in on, as Kafka does).
+        self._endpoints = dict(endpoints or {})
+        #: The listener of the request being dispatched.
+        self.listener_name = ""
         self.cluster_id = cluster_id
         self.node_id = endpoint.node_id
         self._on_topics_changed = on_topics_changed
@@ -167,24 +178,55 @@ class KafkaApis:
         self.admin = admin
         #: The client address of the request being dispatched (JoinGroup's client_host).
         self.client_host = ""
+        #: Work a request started and does not wait for (auto-created topics), by name.
+        self._background: dict[str, asyncio.Future[None]] = {}
+        #: The principal of the request being dispatched (``User:alice``; for the ACLs).
+        self.principal: KafkaPrincipal = ANONYMOUS
+        #: SCRAM credentials (AlterUserScramCredentials); None: the APIs answer with an error.
+        self.credentials = credentials
         from tierlog.server.handlers import HANDLERS
 
         self._handlers: dict[int, Handler] = dict(HANDLERS)
 
-    def handle(self, ev: Request, client_host: str = "") -> HandlerResult:
+    @property
+    def endpoint(self) -> BrokerEndpoint:
+        """This node as the current request's listener advertises it."""
+        return self._endpoints.get(self.listener_name, self._default_endpoint)
+
+    def handle(
+        self,
+        ev: Request,
+        client_host: str = "",
+        principal: KafkaPrincipal = ANONYMOUS,
+        listener_name: str = "",
+    ) -> HandlerResult:
         """The response (or awaitable, or None) for one request event.
 
-        ``client_host`` is the peer address; handlers read it as :attr:`client_host` before
-        their first await.
+        ``client_host`` is the peer address and ``principal`` who the connection authenticated
+        as; handlers read them as :attr:`client_host` and :attr:`principal` before their first
+        await.
 
         Raises:
             KeyError: no handler for the API key (the protocol layer only lets advertised
                 keys through, so this is a bug or a table mismatch).
         """
         self.client_host = client_host
+        self.principal = principal
+        self.listener_name = listener_name
         handler = self._handlers[ev.api_key]
         check_nulls(ev.request)
         return handler(self, ev)
+
+    def in_background(self, name: str, coro: Coroutine[Any, Any, None]) -> bool:
+        """Run ``coro`` in the background under ``name`` unless work of that name is already
+        running (then ``coro`` is closed unstarted); True when started."""
+        if name in self._background:
+            coro.close()
+            return False
+        task = asyncio.ensure_future(coro)
+        self._background[name] = task
+        task.add_done_callback(lambda _t: self._background.pop(name, None))
+        return True
 
     def supports(self, api_key: int) -> bool:
         return api_key in self._handlers
@@ -204,15 +246,26 @@ class KafkaApis:
         info = self.log_manager.topic_by_id(topic_id)
         return None if info is None else str(info.name)
 
+    def topic_config(self, name: str) -> LogConfig | None:
+        """A topic's effective config: its overrides (the registry's, or ZooKeeper's in a
+        cluster) over the broker defaults; None for an unknown topic."""
+        if self.cluster is not None:
+            t = self.cluster.metadata.topic(name)
+            if t is None:
+                return None
+            return self.log_manager.default_config.with_overrides(t.configs)
+        info = self.log_manager.topic(name)
+        return None if info is None else info.config
+
     def broker_endpoint(self, broker_id: int) -> BrokerEndpoint | None:
-        """A live broker's address for clients (this broker's first advertised listener's
-        name on the other broker)."""
+        """A live broker's address for clients: the other broker's listener of the same name
+        as the one the request came in on (else this broker's first advertised listener's)."""
         if self.cluster is None:
             return self.endpoint if broker_id == self.node_id else None
         info = self.cluster.metadata.brokers.get(broker_id)
         if info is None:
             return None
-        listener = self.config.advertised_listeners[0].listener_name
+        listener = self.listener_name or self.config.advertised_listeners[0].listener_name
         ep = info.endpoint(listener) or (info.endpoints[0] if info.endpoints else None)
         if ep is None:
             return None

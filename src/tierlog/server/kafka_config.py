@@ -6,10 +6,13 @@ Sources, later wins: the built-in defaults, a properties file (``--config``), th
 parse or validate raises :class:`~tierlog.errors.ConfigError` naming the key (Kafka only logs
 unknown keys; a typo that silently keeps a default is worse than a refusal to start).
 
-Known keys, in four groups:
+Known keys, in five groups:
 
 * the broker keys in :data:`BROKER_CONFIGS` (``listeners``, ``log.dirs``, ``num.partitions`` ...)
-  — each documented as used by tierlog or accepted for compatibility and ignored;
+  — each documented as used by tierlog or accepted for compatibility and ignored; the TLS and
+  SASL keys among them come from :mod:`tierlog.security.security_config`;
+* those ``ssl.*`` and ``sasl.*`` keys for one listener, ``listener.name.<listener>.<key>``, and
+  ``listener.name.<listener>.<mechanism>.sasl.jaas.config`` (:attr:`KafkaConfig.listener_security`);
 * every broker-level synonym of a topic config (``log.segment.bytes`` → ``segment.bytes``, the
   table :data:`~tierlog.log.log_config.BROKER_SYNONYMS`), which feed :meth:`KafkaConfig.log_config`;
 * ``log.retention.hours/minutes``, ``log.roll.hours``, ``log.roll.jitter.hours``, folded into the
@@ -24,21 +27,28 @@ from __future__ import annotations
 import difflib
 import re
 import socket
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tierlog.errors import ConfigError
-from tierlog.log.log_config import (
-    BROKER_SYNONYMS,
-    INT_MAX,
-    LONG_MAX,
-    TOPIC_CONFIGS,
-    LogConfig,
-    format_value,
-    parse_value,
+from tierlog.log.log_config import BROKER_SYNONYMS, LONG_MAX, TOPIC_CONFIGS, LogConfig
+from tierlog.security.security_config import (
+    LISTENER_PREFIX,
+    SECURITY_CONFIGS,
+    SECURITY_PROTOCOLS,
+    ListenerConfigs,
+    parse_listener_key,
+    reject_unprefixed_jaas,
 )
+from tierlog.server.config_def import BrokerConfigDef
+from tierlog.server.config_def import at_least as _min
+from tierlog.server.config_def import between as _between
+from tierlog.server.config_def import define as _d
+from tierlog.server.config_def import format_config_value as _format
+from tierlog.server.config_def import ignored as _ignored
+from tierlog.server.config_def import parse_config_value as _parse_value
 
 if TYPE_CHECKING:
     from tierlog.log.log_cleaner import CleanerConfig
@@ -53,12 +63,9 @@ __all__ = [
     "parse_properties",
 ]
 
-SHORT_MAX = 2**15 - 1
-
 RSM_CONFIG_PREFIX = "rsm.config."
 RLMM_CONFIG_PREFIX = "rlmm.config."
 
-SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 DEFAULT_SECURITY_PROTOCOL_MAP = (
     "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
 )
@@ -160,52 +167,10 @@ def _unescape(s: str, where: str) -> str:
 
 # --------------------------------------------------------------------------- config table
 
-Validator = Callable[[Any], str | None]
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerConfigDef:
-    """One broker config: Kafka's name, type, default (typed; None = no value) and doc.
-
-    ``used`` is False for keys accepted so that Kafka's own ``server.properties`` files load,
-    but which change nothing in tierlog (single node, no transactions, one event loop).
-    ``topic_config`` names the topic config this key is the broker-level default of.
-    """
-
-    name: str
-    type: str  # "int" | "long" | "short" | "double" | "boolean" | "string" | "list" | "password"
-    default: Any
-    doc: str
-    validator: Validator | None = None
-    used: bool = True
-    sensitive: bool = False
-    topic_config: str | None = None
-
-
-def _min(n: int) -> Validator:
-    return lambda v: None if v is None or v >= n else f"must be at least {n}"
-
-
-def _between(lo: int, hi: int) -> Validator:
-    return lambda v: None if v is None or lo <= v <= hi else f"must be between {lo} and {hi}"
-
 
 def _roles(v: Any) -> str | None:
     bad = [r for r in v if r not in ("broker", "controller")]
     return f"unknown role {', '.join(bad)}; use broker and/or controller" if bad else None
-
-
-def _d(name: str, type_: str, default: Any, check: Validator | None, doc: str) -> BrokerConfigDef:
-    """A key tierlog uses."""
-    return BrokerConfigDef(name, type_, default, doc, check)
-
-
-def _ignored(
-    name: str, type_: str, default: Any, check: Validator | None, why: str
-) -> BrokerConfigDef:
-    """A key accepted so that Kafka's own server.properties files load; it changes nothing."""
-    doc = f"Accepted for compatibility with Kafka's server.properties; ignored: {why}."
-    return BrokerConfigDef(name, type_, default, doc, check, used=False)
 
 
 _SINGLE = "tierlog is a single node"
@@ -230,7 +195,7 @@ _BROKER_ONLY: tuple[BrokerConfigDef, ...] = (
     _d("inter.broker.listener.name", "string", None, None,
        "Must name one of the listeners when set (single node: not otherwise used)."),
     _d("listener.security.protocol.map", "list", tuple(DEFAULT_SECURITY_PROTOCOL_MAP.split(",")),
-       None, "Listener name -> security protocol; tierlog supports PLAINTEXT only."),
+       None, "Listener name -> security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)."),
     _d("socket.request.max.bytes", "int", 104_857_600, _min(1),
        "Largest request frame; a bigger one closes its connection."),
     _d("socket.send.buffer.bytes", "int", 102_400, None, "SO_SNDBUF; -1 keeps the OS default."),
@@ -403,7 +368,8 @@ def _synonym_defs() -> tuple[BrokerConfigDef, ...]:
 
 #: Every known broker config key (prefixed plugin keys aside).
 BROKER_CONFIGS: dict[str, BrokerConfigDef] = {
-    d.name: d for d in sorted(_BROKER_ONLY + _synonym_defs(), key=lambda d: d.name)
+    d.name: d
+    for d in sorted(_BROKER_ONLY + SECURITY_CONFIGS + _synonym_defs(), key=lambda d: d.name)
 }
 
 # Keys folded into a *.ms synonym: (ms key, [(key, factor)] lowest precedence first).
@@ -413,57 +379,7 @@ _TIME_UNITS: dict[str, tuple[tuple[str, int], ...]] = {
     "log.roll.jitter.ms": (("log.roll.jitter.hours", 3_600_000),),
 }
 
-_SENSITIVE_WORDS = ("password", "secret")
-
-_TYPE_LIMITS = {"short": SHORT_MAX, "int": INT_MAX, "long": LONG_MAX}
-
-
-def _parse_value(d: BrokerConfigDef, raw: str) -> Any:
-    """Typed value of ``raw`` for ``d``; Kafka trims every value first."""
-    if d.topic_config is not None:
-        try:
-            return parse_value(d.topic_config, raw)
-        except ConfigError as e:
-            reason = str(e).split(": ", 1)[-1]
-            raise ConfigError(d.name, reason) from None
-    s = raw.strip()
-    value: Any
-    try:
-        if d.type in _TYPE_LIMITS:
-            if not re.fullmatch(r"[+-]?[0-9]+", s):
-                raise ValueError(f"expected an integer ({d.type})")
-            value = int(s)
-            limit = _TYPE_LIMITS[d.type]
-            if not -limit - 1 <= value <= limit:
-                raise ValueError(f"out of range for {d.type}")
-        elif d.type == "double":
-            value = float(s)
-        elif d.type == "boolean":
-            if s.lower() not in ("true", "false"):
-                raise ValueError("expected true or false")
-            value = s.lower() == "true"
-        elif d.type == "list":
-            value = tuple(p.strip() for p in s.split(",") if p.strip())
-        else:
-            value = s
-    except ValueError as e:
-        raise ConfigError(d.name, f"invalid {d.type} value {raw!r}: {e}") from None
-    if d.validator is not None and (msg := d.validator(value)) is not None:
-        raise ConfigError(d.name, f"invalid value {raw!r}: {msg}")
-    return value
-
-
-def _format(d: BrokerConfigDef, value: Any) -> str | None:
-    if value is None:
-        return None
-    if d.topic_config is not None:
-        return format_value(d.topic_config, value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, tuple):
-        return ",".join(value)
-    return str(value)
-
+_SENSITIVE_WORDS = ("password", "secret", "sasl.jaas.config", "ssl.keystore.key")
 
 # --------------------------------------------------------------------------- listeners
 
@@ -511,12 +427,6 @@ def _parse_endpoints(
                 f"listener {spec!r}: no security protocol for listener name {name}; "
                 "map it in listener.security.protocol.map",
             )
-        if protocol != "PLAINTEXT":
-            raise ConfigError(
-                key,
-                f"listener {spec!r} uses security protocol {protocol}; "
-                "tierlog supports PLAINTEXT only",
-            )
         if any(e.listener_name == name for e in out):
             raise ConfigError(key, f"listener name {name} is used more than once")
         out.append(Endpoint(name, host, port, protocol))
@@ -563,6 +473,7 @@ class KafkaConfig:
         self.rsm_config: dict[str, str] = {}
         self.rlmm_config: dict[str, str] = {}
         values: dict[str, Any] = {}
+        per_listener: dict[str, dict[str, Any]] = {}
         for key, raw in self.originals.items():
             if rsm_prefix and key.startswith(rsm_prefix) and len(key) > len(rsm_prefix):
                 self.rsm_config[key[len(rsm_prefix) :]] = raw.strip()
@@ -571,6 +482,12 @@ class KafkaConfig:
                 self.rlmm_config[key[len(rlmm_prefix) :]] = raw.strip()
                 continue
             d = BROKER_CONFIGS.get(key)
+            if d is None and key.lower().startswith(LISTENER_PREFIX):
+                listener, base, value = parse_listener_key(key, raw)
+                per_listener.setdefault(listener, {})[base] = value
+                continue
+            if d is None and key.endswith("sasl.jaas.config"):
+                reject_unprefixed_jaas(key)
             if d is None:
                 raise ConfigError(key, _unknown_key_message(key))
             values[key] = _parse_value(d, raw)
@@ -604,6 +521,11 @@ class KafkaConfig:
         )
         if not self.listeners:
             raise ConfigError("listeners", "no listener left to serve clients")
+        #: TLS and SASL settings per listener (listener.name.<l>.* over the broker-wide keys).
+        self.listener_security = ListenerConfigs(per_listener, get, lambda k: k in values)
+        self.listener_security.validate(
+            {e.listener_name: e.security_protocol for e in all_listeners}
+        )
         seen: set[tuple[str, int]] = set()
         for e in self.listeners:
             if e.port and e.address in seen:
@@ -874,6 +796,19 @@ class KafkaConfig:
                     STATIC_BROKER_CONFIG if is_set else DEFAULT_CONFIG,
                     True,
                     sensitive,
+                    d.type.upper(),
+                    d.doc,
+                )
+            )
+        for key, d, value in self.listener_security.prefixed():
+            hidden = d.sensitive or d.type == "password"
+            rows.append(
+                ConfigEntry(
+                    key,
+                    None if hidden else _format(d, value),
+                    STATIC_BROKER_CONFIG,
+                    True,
+                    hidden,
                     d.type.upper(),
                     d.doc,
                 )

@@ -17,6 +17,13 @@ Guarantees:
   its high-water mark, the connection stops reading; it resumes when responses drain.
 * A malformed or oversized frame, or a handler bug, closes that connection with one log line;
   the broker keeps serving everybody else.
+* Security (per listener, :class:`~tierlog.security.channel_builder.ChannelBuilder`): TLS is
+  asyncio's; on SASL listeners every request first goes through the connection's sans-IO
+  :class:`~tierlog.security.sasl_server.SaslServerAuthenticator`, which answers the SASL
+  requests itself and closes the connection on anything else before authentication. A
+  failed authentication is answered after a timer (``connection.failed.authentication.delay.ms``)
+  and the connection then closes; the connection reads nothing more meanwhile. Handlers get
+  the connection's principal (``User:alice``; ``User:ANONYMOUS`` when unauthenticated).
 
 Output of one pass (several responses) goes out in one ``writelines`` call.
 
@@ -30,7 +37,7 @@ import inspect
 import logging
 import socket
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tierlog.errors import ApiError, LocalProtocolError, ProtocolError
 from tierlog.protocol import (
@@ -41,7 +48,12 @@ from tierlog.protocol import (
     api_name,
     error_response,
 )
+from tierlog.security.principal import ANONYMOUS, KafkaPrincipal, NoMatchingRule
+from tierlog.security.sasl_server import PASS, Close, Respond
 from tierlog.server.kafka_apis import CloseConnection
+
+if TYPE_CHECKING:
+    from tierlog.security.channel_builder import ChannelBuilder
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +72,21 @@ _IOV_MAX = 1024
 class KafkaConnection(asyncio.Protocol):
     """One client connection (asyncio protocol callbacks → ServerConnection → handlers)."""
 
-    def __init__(self, server: SocketServer) -> None:
+    def __init__(self, server: SocketServer, channel: ChannelBuilder | None = None) -> None:
         self._server = server
         self._conn = ServerConnection(server.max_frame_size)
+        self._channel = channel
+        self._listener = channel.listener if channel is not None else ""
+        self._authenticator = channel.new_authenticator() if channel is not None else None
+        if self._authenticator is not None and channel is not None:
+            limit = channel.max_receive_size_before_auth
+            if limit is not None:
+                self._conn.max_frame_size = min(limit, server.max_frame_size)
+        #: Who the client is (SASL: set once authenticated).
+        self.principal: KafkaPrincipal = ANONYMOUS
+        # A failed authentication's answer is on its way; nothing more is read.
+        self._auth_failed = False
+        self._auth_completed = 0  # successful (re-)authentications seen
         self._transport: asyncio.Transport | None = None
         self._in_flight_bytes = 0
         self._reading_paused = False
@@ -84,6 +108,9 @@ class KafkaConnection(asyncio.Protocol):
         if isinstance(peer, tuple) and len(peer) >= 2:
             self.peer = f"{peer[0]}:{peer[1]}"
             self.peer_host = str(peer[0])
+        ssl_object = transport.get_extra_info("ssl_object")
+        if ssl_object is not None and not self._ssl_principal(ssl_object):
+            return
         sock = transport.get_extra_info("socket")
         if sock is not None:
             try:
@@ -92,6 +119,9 @@ class KafkaConnection(asyncio.Protocol):
                 pass
             self._server.apply_socket_options(sock)
             try:
+                if ssl_object is not None:
+                    # Bytes must go through TLS: no sendmsg on the raw socket.
+                    raise OSError("TLS connection")
                 # A duplicate descriptor of the same connection, for sendmsg (see _write).
                 self._raw_sock = sock.dup()
             except OSError:
@@ -102,6 +132,27 @@ class KafkaConnection(asyncio.Protocol):
             # are ~1 MiB, so the codec would join four chunks (a copy) per request.
             transport.max_size = READ_SIZE
         self._server.connections.add(self)
+
+    def _ssl_principal(self, ssl_object: Any) -> bool:
+        """The principal of a TLS client certificate (SSL listeners); False when the
+        connection was refused (no mapping rule applies)."""
+        channel = self._channel
+        if channel is None or channel.uses_sasl:
+            return True
+        try:
+            self.principal = channel.ssl_principal(ssl_object.getpeercert(binary_form=True))
+        except (NoMatchingRule, ValueError) as e:
+            log.warning("closing TLS connection from %s: %s", self.peer, e)
+            self._abort()
+            return False
+        if self.principal != ANONYMOUS:
+            log.info(
+                "connection from %s on listener %s authenticated as %s (TLS client certificate)",
+                self.peer,
+                self._listener,
+                self.principal,
+            )
+        return True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
@@ -124,8 +175,11 @@ class KafkaConnection(asyncio.Protocol):
         if not self._closing:
             self._conn.receive_data(b"")
             self._pump()
-        # Keep the transport open until the answers already owed are written.
-        return True
+        # Keep the transport open until the answers already owed are written. asyncio's TLS
+        # transport cannot stay half-open (it closes after the peer's close_notify and warns
+        # when asked to keep it): there, answers still owed are dropped, as the client has
+        # closed its side of the TLS session.
+        return self._transport is None or self._transport.get_extra_info("ssl_object") is None
 
     def pause_writing(self) -> None:
         self._writing_paused = True
@@ -148,7 +202,7 @@ class KafkaConnection(asyncio.Protocol):
     def _pump(self) -> None:
         """Take request events from the codec while the limits allow, then flush output."""
         conn = self._conn
-        while not self._closing:
+        while not self._closing and not self._auth_failed:
             if self._over_limits():
                 self._pause_reading()
                 break
@@ -170,8 +224,10 @@ class KafkaConnection(asyncio.Protocol):
         if ev.response is not None:  # answered by the codec (unsupported versions)
             self._respond(ev, ev.response)
             return
+        if self._authenticator is not None and self._authenticate(ev):
+            return
         try:
-            result = self._server.handle(ev, self.peer_host)
+            result = self._server.handle(ev, self.peer_host, self.principal, self._listener)
         except CloseConnection as e:
             log.info("closing connection from %s: %s", self.peer, e)
             self._flush()  # the answers owed to earlier requests first
@@ -188,6 +244,55 @@ class KafkaConnection(asyncio.Protocol):
             task.add_done_callback(lambda t: self._task_done(t, ev))
         elif ev.expects_response:
             self._respond(ev, result)
+
+    def _authenticate(self, ev: RequestEvent) -> bool:
+        """Let the SASL state machine see the request; True when it took it."""
+        auth = self._authenticator
+        assert auth is not None
+        decision = auth.on_request(ev.api_key, ev.api_version, ev.request)
+        if decision is PASS:
+            return False
+        if isinstance(decision, Close):
+            log.info("closing connection from %s: %s", self.peer, decision.reason)
+            self._auth_failed = True
+            self._flush()
+            self._abort_after_flush()
+            return True
+        assert isinstance(decision, Respond)
+        if auth.completed != self._auth_completed and auth.principal is not None:
+            self._auth_completed = auth.completed
+            self.principal = auth.principal
+            self._conn.max_frame_size = self._server.max_frame_size
+            log.info(
+                "connection from %s on listener %s %s as %s (SASL %s)",
+                self.peer,
+                self._listener,
+                "authenticated" if auth.completed == 1 else "re-authenticated",
+                auth.principal,
+                auth.mechanism,
+            )
+        if not decision.close:
+            self._respond(ev, decision.response)
+            return True
+        # A failure: answer after the delay (a timer: other connections go on), then close.
+        log.info(
+            "authentication of %s failed (%s); closing in %d ms",
+            self.peer,
+            decision.reason,
+            decision.delay_ms,
+        )
+        self._auth_failed = True
+        self._pause_reading()
+        loop = asyncio.get_running_loop()
+        loop.call_later(decision.delay_ms / 1000, self._answer_and_close, ev, decision.response)
+        return True
+
+    def _answer_and_close(self, ev: RequestEvent, response: Any) -> None:
+        if self._closing:
+            return
+        self._respond(ev, response)
+        self._flush()
+        self._abort_after_flush()
 
     def _task_done(self, task: asyncio.Task[Any], ev: RequestEvent) -> None:
         self._tasks.discard(task)
@@ -347,7 +452,7 @@ class SocketServer:
 
     def __init__(
         self,
-        handle: Callable[[Any, str], Any],
+        handle: Callable[[Any, str, KafkaPrincipal, str], Any],
         *,
         max_frame_size: int,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
@@ -373,15 +478,21 @@ class SocketServer:
         except OSError:
             pass
 
-    async def listen(self, host: str, port: int) -> tuple[str, int]:
-        """Start one listener; returns the bound (host, port) (port 0 picks a free one)."""
+    async def listen(
+        self, host: str, port: int, channel: ChannelBuilder | None = None
+    ) -> tuple[str, int]:
+        """Start one listener; returns the bound (host, port) (port 0 picks a free one).
+
+        ``channel`` is the listener's security (TLS context, SASL); None: PLAINTEXT.
+        """
         loop = asyncio.get_running_loop()
         server = await loop.create_server(
-            lambda: KafkaConnection(self),
+            lambda: KafkaConnection(self, channel),
             host=host or None,
             port=port,
             reuse_address=True,
             backlog=1024,
+            ssl=channel.ssl_context if channel is not None else None,
         )
         self._servers.append(server)
         sockname = server.sockets[0].getsockname()

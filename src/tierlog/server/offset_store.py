@@ -16,7 +16,6 @@ appends again, which replay folds into the same state).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -72,9 +71,6 @@ def ensure_offsets_topic(log_manager: LogManager, num_partitions: int, segment_b
     return int(info.num_partitions)
 
 
-_creating: set[asyncio.Future[None]] = set()
-
-
 def ensure_offsets_topic_in_cluster(apis: KafkaApis) -> None:
     """Create ``__consumer_offsets`` in the cluster, in the background (Kafka creates it on
     the first FindCoordinator): ``offsets.topic.num.partitions`` partitions of
@@ -83,7 +79,7 @@ def ensure_offsets_topic_in_cluster(apis: KafkaApis) -> None:
     from tierlog.cluster.zk_admin import NewClusterTopic
 
     admin = apis.admin
-    if admin is None or _creating:
+    if admin is None:
         return
     c = apis.config
     rf = c.offsets_topic_replication_factor
@@ -107,13 +103,12 @@ def ensure_offsets_topic_in_cluster(apis: KafkaApis) -> None:
         if isinstance(result, ApiError):
             log.info("creating %s: %s", GROUP_METADATA_TOPIC_NAME, result)
 
-    task = asyncio.ensure_future(create())
-    _creating.add(task)
-    task.add_done_callback(_creating.discard)
+    apis.in_background(f"create topic {GROUP_METADATA_TOPIC_NAME}", create())
 
 
 class OffsetStore:
-    """The coordinator's ``OffsetStore`` on the logs of ``__consumer_offsets``."""
+    """The group coordinator's :class:`tierlog.coordinator.offset_store.OffsetStore` on the
+    logs of ``__consumer_offsets``."""
 
     def __init__(self, replica_manager: ReplicaManager) -> None:
         self._rm = replica_manager

@@ -1,30 +1,23 @@
-"""The partitions this node leads (all of them) and the produce/fetch paths over their logs.
+"""Kafka's ``ReplicaManager``: the partitions this broker hosts, the produce and fetch paths
+over their logs, and leadership changes.
 
-A single tierlog node is the leader and only replica of every partition, so ``acks=1`` and
-``acks=all`` are satisfied once the batch is in the log, and the high watermark moves to the
-log end offset right after each append (Kafka's ``Partition.appendRecordsToLeader`` followed
-by ``maybeIncrementLeaderHW`` with an ISR of one).
+A single node is a cluster of one: it is the leader and only replica of every partition
+(created on first use from the log manager), the ISR is itself, so the high watermark moves to
+the log end offset right after each append and ``acks=all`` is satisfied at once. In a cluster
+(:mod:`tierlog.cluster`) a partition is hosted once the controller's state names this broker a
+replica (:meth:`ReplicaManager.become_leader_or_follower`): leaders take produces and serve
+fetches (consumers up to the high watermark, followers up to the log end offset, with epoch
+fencing and divergence answers), followers fetch from their leader
+(:mod:`tierlog.cluster.replica_fetcher`); requests for a partition led elsewhere get
+NOT_LEADER_OR_FOLLOWER. ``acks=all`` waits until the ISR has the batch (Kafka's
+DelayedProduce, :meth:`ReplicaManager.wait_for_acks`); followers that fall behind for
+``replica.lag.time.max.ms`` leave the ISR (:meth:`ReplicaManager.shrink_isrs`).
 
 Fetch long-poll (Kafka's ``DelayedFetch``): a fetch that does not reach ``min_bytes`` parks
 one future on every partition it reads; the next append to any of them completes the future
 and the fetch reads again, until ``min_bytes`` is reached or ``max_wait_ms`` expires. Appends
-pay one list check per partition for this.
-
-Remote reads (tiered storage, KIP-405): a fetch offset in [log start offset, local log start
-offset) of a partition with remote storage is read from remote storage by the
-RemoteLogManager. Every such partition of a request is read at once, on the manager's
-``remote.log.reader.threads`` pool, and the response waits for them up to
-``remote.fetch.max.wait.ms`` (Kafka <= 4.1 served only the first one per request). Each gets
-``min(partition max bytes, what is left of the request's max bytes)`` and ``min_one_message``
-only while the response holds no data yet, as a local read. Outcome per partition, the others
-unaffected: data; OFFSET_OUT_OF_RANGE (1) when no remote segment holds the offset;
-KAFKA_STORAGE_ERROR (56, retriable) when remote storage fails or returns corrupt data;
-empty records and no error when the read is not done by the deadline (Kafka's
-DelayedRemoteFetch expiry: the client simply fetches again) or when
-``remote.log.manager.fetch.max.bytes.per.second`` is exceeded. Consumers never get
-OFFSET_MOVED_TO_TIERED_STORAGE (109); followers (replica id >= 0) do, as in Kafka. After each
-remote read the range a sequential consumer asks for next is read ahead
-(:mod:`tierlog.server.remote_read_ahead`).
+pay one list check per partition for this. Remote reads (tiered storage) are
+:mod:`tierlog.server.delayed_remote_fetch`'s.
 
 Runs on the event loop thread only (not thread-safe). The log calls made here are the cheap
 ones and are called directly: an append is a page-cache write (~1 ms of CPU per MB measured,
@@ -41,11 +34,13 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tierlog.cluster.partition import Partition
 from tierlog.errors import (
     ApiError,
+    CorruptCheckpointError,
     CorruptRecordError,
     InvalidRecord,
     InvalidTopic,
@@ -55,18 +50,18 @@ from tierlog.errors import (
     NotLeaderOrFollower,
     OffsetMovedToTieredStorage,
     OffsetOutOfRange,
-    RemoteResourceNotFoundError,
-    RemoteStorageError,
     RequestTimedOut,
     UnknownTopicOrPartition,
 )
+from tierlog.log.checkpoint_file import OffsetCheckpointFile
 from tierlog.log.log_config import LONG_MAX
+from tierlog.log.log_file_utils import REPLICATION_OFFSET_CHECKPOINT_FILENAME
 from tierlog.records.record_batch import LOG_OVERHEAD, read_header
+from tierlog.server.delayed_remote_fetch import DelayedRemoteFetch
 
 if TYPE_CHECKING:
     from tierlog.cluster.cluster_link import ClusterLink, PartitionChange
     from tierlog.log.log_manager import LogManager
-    from tierlog.server.remote_read_ahead import RemoteReadAhead
     from tierlog.tiered.remote_log_manager import RemoteLogManager
     from tierlog.tiered.remote_log_reader import RemoteStorageFetchInfo
 
@@ -155,9 +150,13 @@ class ReplicaManager:
         self.cluster = cluster
         self._time_ms = time_ms
         self._partitions: dict[tuple[str, int], Partition] = {}
+        #: High watermarks read at startup, applied when the partition is hosted.
+        self._checkpointed_hw: dict[tuple[str, int], int] = {}
         #: Serves offsets below the local log start offset (None: no tiered storage).
         self.remote_log_manager = remote_log_manager
-        self._read_ahead: RemoteReadAhead | None = None
+        self._remote = (
+            DelayedRemoteFetch(remote_log_manager) if remote_log_manager is not None else None
+        )
 
     # ----------------------------------------------------------------- partitions
 
@@ -208,8 +207,10 @@ class ReplicaManager:
         key = (change.topic, change.partition)
         p = self._partitions.get(key)
         if self.local_broker_id not in change.replicas:
-            if p is not None:
-                self.stop_replica(change.topic, change.partition, delete=False)
+            if p is not None:  # moved away (a reassignment): its copy here goes
+                log.info("%s-%d moved to %s: deleting the replica here",
+                         change.topic, change.partition, list(change.replicas))  # fmt: skip
+                self.stop_replica(change.topic, change.partition, delete=True)
             return None
         if p is None:
             try:
@@ -227,6 +228,9 @@ class ReplicaManager:
                 local_broker_id=self.local_broker_id,
             )
             p.leader_id = -1  # until the state below
+            hw = self._checkpointed_hw.pop(key, None)
+            if hw is not None and hw > lg.high_watermark:
+                lg.update_high_watermark(hw)
             self._partitions[key] = p
         now = self._time_ms()
         if change.leader == self.local_broker_id:
@@ -290,6 +294,40 @@ class ReplicaManager:
                 )  # fmt: skip
                 await self.cluster.alter_isr(p, p.isr - out)
                 p.maybe_increment_high_watermark()
+
+    # ----------------------------------------------------------------- HW checkpoints
+
+    def load_high_watermarks(self) -> None:
+        """Read each log dir's ``replication-offset-checkpoint`` (Kafka's format: version,
+        count, ``topic partition offset`` lines); a partition hosted later starts with its
+        checkpointed high watermark. An unreadable file is logged and ignored (the leader's
+        high watermark comes back with the first fetches)."""
+        for d in self.log_manager.log_dirs:
+            path = d / REPLICATION_OFFSET_CHECKPOINT_FILENAME
+            try:
+                self._checkpointed_hw.update(OffsetCheckpointFile(path).read())
+            except FileNotFoundError:
+                continue
+            except (OSError, CorruptCheckpointError) as e:
+                log.warning("ignoring unreadable %s: %s", path, e)
+
+    def high_watermarks(self) -> dict[Path, dict[tuple[str, int], int]]:
+        """Every hosted partition's high watermark, by log dir (on the loop thread)."""
+        out: dict[Path, dict[tuple[str, int], int]] = {d: {} for d in self.log_manager.log_dirs}
+        for p in self._partitions.values():
+            out.setdefault(Path(p.log.dir).parent, {})[(p.topic, p.index)] = p.log.high_watermark
+        return out
+
+    @staticmethod
+    def write_high_watermarks(by_dir: dict[Path, dict[tuple[str, int], int]]) -> None:
+        """Write ``replication-offset-checkpoint`` in each log dir (blocking: a worker
+        thread; Kafka's checkpointHighWatermarks every
+        ``replica.high.watermark.checkpoint.interval.ms`` and at shutdown)."""
+        for d, offsets in by_dir.items():
+            try:
+                OffsetCheckpointFile(d / REPLICATION_OFFSET_CHECKPOINT_FILENAME).write(offsets)
+            except OSError as e:
+                log.warning("cannot write the high watermark checkpoint in %s: %s", d, e)
 
     def wake(self, topic: str, index: int) -> None:
         """Complete the fetches parked on a partition (an append that did not come through
@@ -571,95 +609,20 @@ class ReplicaManager:
         min_one_message: bool,
         replica_id: int,
     ) -> bool:
-        """When ``fetch_offset`` is only in remote storage, prepare ``result`` for a remote
-        read (or answer a follower with 109); True then."""
-        rlm = self.remote_log_manager
-        lg = p.log
-        if rlm is None or p.topic_id is None or not rlm.needs_remote_read(lg, fetch_offset):
-            return False
-        result.records = b""
-        if replica_id >= 0:
-            result.error_code = OffsetMovedToTieredStorage.error_code
-            return True
-        from tierlog.tiered.remote_log_reader import RemoteStorageFetchInfo
-        from tierlog.tiered.remote_log_segment_metadata import TopicIdPartition
-
-        result.remote = RemoteStorageFetchInfo(
-            TopicIdPartition(p.topic_id, p.topic, p.index),
-            fetch_offset,
-            max_bytes,
-            min_one_message,
+        remote = self._remote
+        return remote is not None and remote.plan(
+            p, result, fetch_offset, max_bytes, min_one_message, replica_id
         )
-        return True
 
     async def read_remote(self, results: list[FetchPartitionResult]) -> int:
-        """Fill in every result that waits for a remote read: all at once, within
-        ``remote.fetch.max.wait.ms`` (see the module docstring for the outcomes). Returns
-        how many were skipped because the remote fetch quota is exceeded."""
-        rlm = self.remote_log_manager
-        pending = [r for r in results if r.remote is not None]
-        throttled = 0
-        if rlm is None or not pending:
-            return throttled
-        if self._read_ahead is None:
-            from tierlog.server.remote_read_ahead import RemoteReadAhead
-
-            self._read_ahead = RemoteReadAhead(rlm)
-        read_ahead = self._read_ahead
-        futures: dict[asyncio.Future[Any], tuple[FetchPartitionResult, RemoteStorageFetchInfo]] = {}
-        for r in pending:
-            fi, r.remote = r.remote, None
-            assert fi is not None
-            if rlm.is_remote_fetch_quota_exceeded():
-                throttled += 1  # empty records, no error; the client comes back later
-                continue
-            future = read_ahead.take(fi)
-            try:
-                if future is None:
-                    future = rlm.read_async(fi)
-            except RemoteStorageError as e:  # too many reads pending, or shutting down
-                log.warning("remote read of %s at %d refused: %s",
-                            fi.topic_id_partition, fi.fetch_offset, e)  # fmt: skip
-                r.error_code = KafkaStorageError.error_code
-                continue
-            futures[asyncio.wrap_future(future)] = (r, fi)
-        if not futures:
-            return throttled
-        wait_s = rlm.config.remote_fetch_max_wait_ms / 1000
-        done, not_done = await asyncio.wait(futures, timeout=wait_s)
-        for fut in not_done:
-            fut.cancel()  # the read is dropped; the partition answers empty (Kafka's expiry)
-        for fut, (r, fi) in futures.items():  # submission order: deterministic results
-            if fut not in done:
-                continue
-            error = fut.exception()
-            if error is None:
-                info = fut.result()
-                r.records = info.records
-                read_ahead.after(fi, info)  # the consumer's next fetch, read meanwhile
-            elif isinstance(error, OffsetOutOfRange):
-                r.error_code = OffsetOutOfRange.error_code
-            elif isinstance(error, RemoteResourceNotFoundError):
-                log.error("remote read failed, an object is missing from remote storage "
-                          "(`tierlog remote verify` lists them): %s", error)  # fmt: skip
-                r.error_code = KafkaStorageError.error_code
-            elif isinstance(error, RemoteStorageError):
-                log.warning("remote read failed: %s", error)
-                r.error_code = KafkaStorageError.error_code
-            else:
-                log.error("remote read failed", exc_info=error)
-                r.error_code = KafkaStorageError.error_code
-        return throttled
+        """Fill in the results that wait for a remote read; how many were throttled."""
+        return 0 if self._remote is None else await self._remote.read(results)
 
     async def _answer_remote(
         self, results: list[FetchPartitionResult], max_wait_ms: int
     ) -> list[FetchPartitionResult]:
-        throttled = await self.read_remote(results)
-        if throttled and max_wait_ms > 0 and not any(r.size or r.error_code for r in results):
-            # Only throttled partitions: answer after the long-poll wait, not at once, or
-            # the consumer would spin on empty responses until the quota refills.
-            await asyncio.sleep(min(max_wait_ms, 1000) / 1000)
-        return results
+        assert self._remote is not None  # only partitions with remote data get here
+        return await self._remote.answer(results, max_wait_ms)
 
     def fetch_once(
         self,
@@ -785,8 +748,8 @@ class ReplicaManager:
         """Complete every parked fetch and drop the remote reads ahead (shutdown)."""
         for p in list(self._partitions.values()):
             p.wake_waiters()
-        if self._read_ahead is not None:
-            self._read_ahead.clear()
+        if self._remote is not None:
+            self._remote.read_ahead.clear()
 
 
 def _safe_log_start(p: Partition) -> int:

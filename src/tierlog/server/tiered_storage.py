@@ -60,7 +60,8 @@ from tierlog.tiered.remote_log_segment_metadata import TopicIdPartition
 
 if TYPE_CHECKING:
     from tierlog.log.log import Log
-    from tierlog.log.log_manager import LogManager, TopicInfo
+    from tierlog.log.log_manager import LogManager
+    from tierlog.log.topic_registry import TopicInfo
     from tierlog.server.kafka_config import KafkaConfig
     from tierlog.tiered.metrics import MetricsServer
     from tierlog.tiered.remote_log_manager import RemoteLogManager

@@ -125,8 +125,8 @@ class PartitionHistory:
 
 def _registry(log_dirs: Iterable[Path]) -> dict[str, tuple[uuid.UUID, int]]:
     """``{topic: (topic id, partitions)}`` from the newest topic registry copy."""
-    from tierlog.log.log_manager import TOPIC_REGISTRY_FILENAME
     from tierlog.log.partition_metadata_file import kafka_str_to_uuid
+    from tierlog.log.topic_registry import TOPIC_REGISTRY_FILENAME
 
     best: dict[str, Any] | None = None
     for d in log_dirs:

@@ -8,6 +8,7 @@ from typing import Any
 
 from tierlog.server.handlers import (
     admin,
+    cluster_admin,
     fetch,
     group,
     list_offsets,
@@ -15,6 +16,7 @@ from tierlog.server.handlers import (
     produce,
     producer,
     replication,
+    security,
 )
 
 HANDLERS: Mapping[int, Callable[[Any, Any], Any]] = MappingProxyType(
@@ -32,6 +34,7 @@ HANDLERS: Mapping[int, Callable[[Any, Any], Any]] = MappingProxyType(
         14: group.handle_sync_group,
         15: group.handle_describe_groups,
         16: group.handle_list_groups,
+        17: security.handle_sasl_handshake,
         18: metadata.handle_api_versions,
         19: admin.handle_create_topics,
         20: admin.handle_delete_topics,
@@ -40,9 +43,15 @@ HANDLERS: Mapping[int, Callable[[Any, Any], Any]] = MappingProxyType(
         23: replication.handle_offset_for_leader_epoch,
         32: admin.handle_describe_configs,
         33: admin.handle_alter_configs,
+        36: security.handle_sasl_authenticate,
         37: admin.handle_create_partitions,
         42: group.handle_delete_groups,
+        43: cluster_admin.handle_elect_leaders,
         44: admin.handle_incremental_alter_configs,
+        45: cluster_admin.handle_alter_partition_reassignments,
+        46: cluster_admin.handle_list_partition_reassignments,
+        50: security.handle_describe_user_scram_credentials,
+        51: security.handle_alter_user_scram_credentials,
         60: metadata.handle_describe_cluster,
     }
 )

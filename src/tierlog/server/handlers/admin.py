@@ -30,7 +30,7 @@ from tierlog.errors import (
     UnknownTopicOrPartition,
 )
 from tierlog.log.log_config import TOPIC_CONFIGS, LogConfig, format_value
-from tierlog.log.log_manager import NewTopic
+from tierlog.log.topic_registry import NewTopic
 from tierlog.server.handlers._build import build
 from tierlog.server.kafka_apis import response_class
 from tierlog.server.replica_manager import INTERNAL_TOPICS
@@ -469,11 +469,11 @@ def handle_describe_configs(apis: KafkaApis, ev: Request) -> Any:
         }
         try:
             if r.resource_type == RESOURCE_TOPIC:
-                info = apis.log_manager.topic(r.resource_name)
-                if info is None:
+                config = apis.topic_config(r.resource_name)
+                if config is None:
                     raise UnknownTopicOrPartition(f"unknown topic {r.resource_name}")
                 res["configs"] = _describe_topic(
-                    info.config, r.configuration_keys, synonyms, documentation, ev.api_version
+                    config, r.configuration_keys, synonyms, documentation, ev.api_version
                 )
             elif r.resource_type == RESOURCE_BROKER:
                 if not _is_this_broker(apis, r.resource_name):
@@ -502,15 +502,15 @@ def _apply_topic_config(
     validate_only: bool,
 ) -> None:
     lm = apis.log_manager
-    info = lm.topic(topic)
-    if info is None:
+    current = apis.topic_config(topic)
+    if current is None:
         raise UnknownTopicOrPartition(f"unknown topic {topic}")
     for name in overrides:
         if name not in TOPIC_CONFIGS:
             raise ConfigError(name, "unknown topic config")
     sets = {k: v for k, v in overrides.items() if v is not None}
     deletes = {k for k, v in overrides.items() if v is None}
-    config: LogConfig = info.config
+    config: LogConfig = current
     if incremental:
         new = config.with_overrides(sets).without(deletes)
     else:
@@ -530,6 +530,13 @@ def _apply_topic_config(
         )
     if validate_only:
         return
+    if apis.cluster is not None:
+        # Every replica's broker applies it from ZooKeeper (its config watch).
+        apis.cluster.zk.set_topic_config(topic, new.to_props(overrides_only=True))
+        log.info("altered configs of topic %s in the cluster: %s", topic, dict(overrides))
+        return
+    info = lm.topic(topic)
+    assert info is not None  # topic_config found it
     tiered = apis.tiered
     pending = None
     if was_remote and not now_remote and tiered is not None:

@@ -2,6 +2,12 @@
 ZooKeeper by :class:`~tierlog.cluster.zk_admin.ZkAdminManager`, answered once the new
 partitions have leaders (or the request's timeout passed). The checks and messages are
 Kafka's; replication factors and explicit assignments name live brokers.
+
+ElectLeaders (43), on a single node too: preferred-leader elections (type 0) go to the
+controller through ``/admin/preferred_replica_election``; a single node's partitions are all
+led by their preferred (only) replica: ELECTION_NOT_NEEDED. Unclean elections (type 1) are
+refused with INVALID_REQUEST: the controller elects unclean leaders only where
+``unclean.leader.election.enable`` allows it.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from tierlog.errors import (
     InvalidRequest,
     InvalidTopic,
     UnknownTopicId,
+    UnknownTopicOrPartition,
 )
 from tierlog.server.handlers._build import build
 from tierlog.server.kafka_apis import response_class
@@ -30,6 +37,10 @@ log = logging.getLogger(__name__)
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
 CREATE_PARTITIONS = 37
+ELECT_LEADERS = 43
+ALTER_PARTITION_REASSIGNMENTS = 45
+LIST_PARTITION_REASSIGNMENTS = 46
+ELECTION_NOT_NEEDED = 84
 TOPIC_DELETION_DISABLED = 73
 
 
@@ -176,3 +187,144 @@ def create_partitions_in_cluster(apis: KafkaApis, ev: Request) -> Any:
         )
 
     return respond()
+
+
+def handle_elect_leaders(apis: KafkaApis, ev: Request) -> Any:
+    req = ev.request
+    cls = response_class(ELECT_LEADERS, ev.api_version)
+    election_type = int(getattr(req, "election_type", 0))
+    if req.topic_partitions is None:  # every partition
+        if apis.cluster is not None:
+            wanted = [(t.name, p) for t in apis.cluster.metadata.topics() for p in t.partitions]
+        else:
+            wanted = [
+                (name, p)
+                for name, info in apis.log_manager.topics().items()
+                for p in range(info.num_partitions)
+            ]
+    else:
+        wanted = [(t.topic, int(p)) for t in req.topic_partitions for p in t.partitions]
+
+    def response(codes: dict[tuple[str, int], int], message: str | None = None) -> Any:
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (t, p), code in codes.items():
+            by_topic.setdefault(t, []).append(
+                {"partition_id": p, "error_code": code, "error_message": message if code else None}
+            )
+        return build(
+            cls,
+            {
+                "throttle_time": 0,
+                "error_code": 0,
+                "replica_election_results": [
+                    {"topic": t, "partition_result": ps} for t, ps in by_topic.items()
+                ],
+            },
+        )
+
+    if election_type != 0:
+        return response(
+            {tp: InvalidRequest.error_code for tp in wanted},
+            "unclean elections are made by the controller where "
+            "unclean.leader.election.enable allows them",
+        )
+    if apis.admin is None:
+        codes = {
+            (t, p): ELECTION_NOT_NEEDED
+            if apis.replica_manager.get_partition(t, p) is not None
+            else UnknownTopicOrPartition.error_code
+            for t, p in wanted
+        }
+        return response(codes)
+    admin = apis.admin
+
+    async def respond() -> Any:
+        return response(await admin.elect_preferred_leaders(wanted, _timeout_ms(req)))
+
+    return respond()
+
+
+def _no_cluster(apis: KafkaApis, api_key: int, ev: Request, fields: dict[str, Any]) -> Any:
+    return build(
+        response_class(api_key, ev.api_version),
+        {
+            "throttle_time": 0,
+            "error_code": InvalidRequest.error_code,
+            "error_message": "a single node has no replicas to move",
+            **fields,
+        },
+    )
+
+
+def handle_alter_partition_reassignments(apis: KafkaApis, ev: Request) -> Any:
+    """AlterPartitionReassignments (45): KIP-455 reassignments through ZooKeeper."""
+    req = ev.request
+    admin = apis.admin
+    if admin is None:
+        return _no_cluster(apis, ALTER_PARTITION_REASSIGNMENTS, ev, {"responses": []})
+
+    async def respond() -> Any:
+        responses = []
+        for t in req.topics:
+            targets = {
+                int(p.partition_index): None if p.replicas is None else [int(r) for r in p.replicas]
+                for p in t.partitions
+            }
+            results = await admin.alter_reassignments(t.name, targets)
+            responses.append(
+                {
+                    "name": t.name,
+                    "partitions": [
+                        {
+                            "partition_index": p,
+                            "error_code": 0 if e is None else e.error_code,
+                            "error_message": None if e is None else e.message,
+                        }
+                        for p, e in results.items()
+                    ],
+                }
+            )
+        return build(
+            response_class(ALTER_PARTITION_REASSIGNMENTS, ev.api_version),
+            {"throttle_time": 0, "error_code": 0, "error_message": None, "responses": responses},
+        )
+
+    return respond()
+
+
+def handle_list_partition_reassignments(apis: KafkaApis, ev: Request) -> Any:
+    """ListPartitionReassignments (46): the reassignments in progress (replicas, adding,
+    removing), from the metadata."""
+    req = ev.request
+    admin = apis.admin
+    if admin is None:
+        return _no_cluster(apis, LIST_PARTITION_REASSIGNMENTS, ev, {"topics": []})
+    wanted = (
+        None
+        if req.topics is None
+        else {t.name: [int(p) for p in t.partition_indexes] for t in req.topics}
+    )
+    ongoing = admin.ongoing_reassignments(wanted)
+    return build(
+        response_class(LIST_PARTITION_REASSIGNMENTS, ev.api_version),
+        {
+            "throttle_time": 0,
+            "error_code": 0,
+            "error_message": None,
+            "topics": [
+                {
+                    "name": t,
+                    "partitions": [
+                        {
+                            "partition_index": p,
+                            "replicas": list(r),
+                            "adding_replicas": list(a),
+                            "removing_replicas": list(rm),
+                        }
+                        for p, (r, a, rm) in ps.items()
+                    ],
+                }
+                for t, ps in ongoing.items()
+            ],
+        },
+    )

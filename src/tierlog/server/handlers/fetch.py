@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from tierlog.errors import UnknownTopicId, UnknownTopicOrPartition
 from tierlog.server.handlers._build import build
+from tierlog.server.handlers.produce import node_endpoints
 from tierlog.server.kafka_apis import response_class
 from tierlog.server.replica_manager import (
     READ_COMMITTED,
@@ -128,6 +129,7 @@ def _response(
 ) -> Any:
     it = iter(results)
     topics = []
+    leaders: set[int] = set()
     for key, parts in plan:
         out: list[dict[str, Any]] = []
         for p in parts:
@@ -146,6 +148,7 @@ def _response(
                 leader = apis.current_leader(p.topic, p.partition)
                 if leader is not None:
                     extra["current_leader"] = {"leader_id": leader[0], "leader_epoch": leader[1]}
+                    leaders.add(leader[0])
             out.append(
                 {
                     **extra,
@@ -160,4 +163,13 @@ def _response(
                 }
             )
         topics.append({"topic_id" if by_id else "topic": key, "partitions": out})
-    return build(cls, {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": topics})
+    return build(
+        cls,
+        {
+            "throttle_time": 0,
+            "error_code": 0,
+            "session_id": 0,
+            "responses": topics,
+            "node_endpoints": node_endpoints(apis, leaders),
+        },
+    )

@@ -3,7 +3,10 @@ SyncGroup (14), DescribeGroups (15), ListGroups (16), OffsetCommit (8), OffsetFe
 DeleteGroups (42).
 
 This node coordinates every group; the handlers only translate kio messages to and from the
-plain values of :class:`~tierlog.server.group_coordinator.GroupCoordinator`. Transactions are
+plain values of :class:`~tierlog.coordinator.group.group_coordinator.GroupCoordinator` (the
+membership protocol and OffsetCommit) and of its
+:class:`~tierlog.coordinator.group.group_metadata_manager.GroupMetadataManager` (OffsetFetch,
+DescribeGroups, ListGroups, DeleteGroups, the partition of a group). Transactions are
 out of scope: FindCoordinator for a transactional id (key type 1) is refused with
 INVALID_REQUEST and a message.
 """
@@ -20,7 +23,7 @@ from tierlog.server.offset_store import ensure_offsets_topic_in_cluster
 from tierlog.server.replica_manager import GROUP_METADATA_TOPIC_NAME
 
 if TYPE_CHECKING:
-    from tierlog.server.group_coordinator import GroupCoordinator
+    from tierlog.coordinator.group.group_coordinator import GroupCoordinator
     from tierlog.server.kafka_apis import KafkaApis, Request
 
 log = logging.getLogger(__name__)
@@ -130,7 +133,9 @@ def _cluster_coordinator(apis: KafkaApis, key: str) -> dict[str, Any]:
     if md.topic(GROUP_METADATA_TOPIC_NAME) is None:
         ensure_offsets_topic_in_cluster(apis)
         return unavailable
-    leader = md.leader(GROUP_METADATA_TOPIC_NAME, apis.group_coordinator.partition_for(key))
+    leader = md.leader(
+        GROUP_METADATA_TOPIC_NAME, apis.group_coordinator.group_manager.partition_for(key)
+    )
     endpoint = apis.broker_endpoint(leader[0]) if leader is not None else None
     if endpoint is None:
         return unavailable
@@ -358,7 +363,7 @@ def _fetch_group(
     wanted: list[tuple[str, int]] | None = (
         None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     )
-    err, found = gc.fetch_offsets(group_id, wanted)
+    err, found = gc.group_manager.fetch_offsets(group_id, wanted)
     if err:
         # Older versions have no top-level error: put it on every partition too.
         parts = wanted or []
@@ -424,7 +429,7 @@ def handle_describe_groups(apis: KafkaApis, ev: Request) -> Any:
                 }
             )
             continue
-        d = gc.describe_group(group_id)
+        d = gc.group_manager.describe_group(group_id)
         groups.append(
             {
                 "error_code": d.error_code,
@@ -460,12 +465,12 @@ def handle_list_groups(apis: KafkaApis, ev: Request) -> Any:
         )
     types = {t.lower() for t in getattr(req, "types_filter", ())}
     states = list(getattr(req, "states_filter", ())) or None
-    listed = [] if types and "classic" not in types else gc.list_groups(states)
+    listed = [] if types and "classic" not in types else gc.group_manager.list_groups(states)
     return build(
         cls,
         {
             "throttle_time": 0,
-            "error_code": gc.availability_error(),
+            "error_code": gc.group_manager.availability_error(),
             "groups": [
                 {"group_id": g, "protocol_type": pt, "group_state": s, "group_type": "classic"}
                 for g, pt, s in listed
@@ -489,7 +494,7 @@ def handle_delete_groups(apis: KafkaApis, ev: Request) -> Any:
                 ],
             },
         )
-    coro = gc.delete_groups(names)
+    coro = gc.group_manager.delete_groups(names)
 
     async def respond() -> Any:
         results = await coro

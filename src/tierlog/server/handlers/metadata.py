@@ -12,7 +12,6 @@ partitions (and ``default.replication.factor`` replicas in a cluster).
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import functools
 import logging
@@ -161,17 +160,12 @@ def maybe_create_topic(apis: KafkaApis, name: str, allow: bool) -> int:
     return 0
 
 
-_auto_creating: set[str] = set()
-
-
 def _auto_create_in_cluster(apis: KafkaApis, name: str) -> int:
     from tierlog.cluster.zk_admin import NewClusterTopic
 
     admin = apis.admin
     assert admin is not None
     c = apis.config
-    if name in _auto_creating:
-        return LeaderNotAvailable.error_code
     rf = min(c.default_replication_factor, max(1, len(apis.alive_brokers())))
     topic = NewClusterTopic(name, c.num_partitions, rf)
 
@@ -182,17 +176,9 @@ def _auto_create_in_cluster(apis: KafkaApis, name: str) -> int:
                 log.info("auto-creation of topic %s: %s", name, result)
         except Exception as e:
             log.warning("auto-creation of topic %s failed: %s", name, e)
-        finally:
-            _auto_creating.discard(name)
 
-    _auto_creating.add(name)
-    task = asyncio.ensure_future(create())
-    _background.add(task)
-    task.add_done_callback(_background.discard)
+    apis.in_background(f"create topic {name}", create())
     return LeaderNotAvailable.error_code
-
-
-_background: set[asyncio.Future[None]] = set()
 
 
 def _topic_exists(apis: KafkaApis, name: str) -> bool:

@@ -17,7 +17,12 @@ import asyncio
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
-from tierlog.errors import InvalidRequest, InvalidRequiredAcks, UnknownTopicId
+from tierlog.errors import (
+    InvalidRequest,
+    InvalidRequiredAcks,
+    NotLeaderOrFollower,
+    UnknownTopicId,
+)
 from tierlog.server.handlers._build import build
 from tierlog.server.kafka_apis import CloseConnection, response_class
 from tierlog.server.replica_manager import ProducePartitionResult, ReplicaManager
@@ -83,7 +88,11 @@ def handle_produce(apis: KafkaApis, ev: Request) -> Any:
             if failed:
                 raise CloseConnection(f"acks=0 produce failed: {failed[:5]}")
             return None
-        return build(response_class(PRODUCE, ev.api_version), {"responses": topics_out})
+        leaders = add_current_leaders(apis, topics_out)
+        return build(
+            response_class(PRODUCE, ev.api_version),
+            {"responses": topics_out, "node_endpoints": node_endpoints(apis, leaders)},
+        )
 
     if not pending:
         return finish()
@@ -96,6 +105,31 @@ def handle_produce(apis: KafkaApis, ev: Request) -> Any:
         return finish()
 
     return respond()
+
+
+def add_current_leaders(apis: KafkaApis, topics_out: list[dict[str, Any]]) -> set[int]:
+    """KIP-951 (Produce v10+): partitions answered NOT_LEADER_OR_FOLLOWER name the current
+    leader, so the client re-routes without a Metadata round trip; the leaders' ids."""
+    leaders: set[int] = set()
+    for t in topics_out:
+        for p in t["partition_responses"]:
+            if p.get("error_code") != NotLeaderOrFollower.error_code or t["name"] is None:
+                continue
+            leader = apis.current_leader(t["name"], p["index"])
+            if leader is not None:
+                p["current_leader"] = {"leader_id": leader[0], "leader_epoch": leader[1]}
+                leaders.add(leader[0])
+    return leaders
+
+
+def node_endpoints(apis: KafkaApis, ids: set[int]) -> list[dict[str, Any]]:
+    """The ``node_endpoints`` of KIP-951 responses: where the named leaders listen."""
+    out = []
+    for b in sorted(ids):
+        e = apis.broker_endpoint(b)
+        if e is not None:
+            out.append({"node_id": e.node_id, "host": e.host, "port": e.port, "rack": e.rack})
+    return out
 
 
 def _timeout_ms(req: Any) -> int:

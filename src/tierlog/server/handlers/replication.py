@@ -1,12 +1,13 @@
 """OffsetsForLeaderEpoch (23) on the leader: where a leader epoch ends in this broker's log.
 
-A follower that became follower (or saw a leader change) asks, for each partition, the end
-offset of its own latest epoch; it truncates whatever it holds beyond that (KIP-101, KIP-279;
-cluster-reference §3). Consumers ask too, to detect truncation after a leader change
-(KIP-320). Per partition (Kafka's ``ReplicaManager.lastOffsetForLeaderEpoch`` and
-``Partition.lastOffsetForLeaderEpoch``):
+Kafka's followers that predate KIP-595 ask, for each partition, the end offset of their own
+latest epoch and truncate what they hold beyond it (KIP-101, KIP-279; tierlog's followers
+learn the same from the Fetch's diverging epoch instead, one round trip less). Consumers ask,
+to detect truncation after a leader change (KIP-320). Per partition (Kafka's
+``ReplicaManager.lastOffsetForLeaderEpoch`` and ``Partition.lastOffsetForLeaderEpoch``):
 
-* no such partition here: UNKNOWN_TOPIC_OR_PARTITION (3); its log cannot be opened:
+* no such partition here: NOT_LEADER_OR_FOLLOWER (6) when the cluster has it on other
+  brokers, else UNKNOWN_TOPIC_OR_PARTITION (3); its log cannot be opened:
   KAFKA_STORAGE_ERROR (56);
 * ``current_leader_epoch`` (v2+; -1 = not given) fenced against the partition's leader
   epoch, and only the leader answers (:meth:`Partition.leader_epoch_error`);
@@ -26,7 +27,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from tierlog.errors import KafkaStorageError, UnknownTopicOrPartition
+from tierlog.errors import KafkaStorageError
 from tierlog.log.leader_epoch_file_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from tierlog.server.handlers._build import build
 from tierlog.server.kafka_apis import response_class
@@ -67,7 +68,7 @@ def handle_offset_for_leader_epoch(apis: KafkaApis, ev: Request) -> Any:
             current = getattr(p, "current_leader_epoch", NO_PARTITION_LEADER_EPOCH)
             try:
                 part = rm.get_partition(t.topic, p.partition)
-                code = UnknownTopicOrPartition.error_code
+                code = rm.not_here_error(t.topic, p.partition)
             except KafkaStorageError as e:
                 part, code = None, e.error_code
             epoch, end_offset = UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET

@@ -8,8 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tierlog.errors import LocalProtocolError
-from tierlog.server.group_records import (
+from tierlog.coordinator.group.group_records import (
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadataValue,
@@ -17,6 +16,7 @@ from tierlog.server.group_records import (
     OffsetCommitValue,
     decode_key,
 )
+from tierlog.errors import LocalProtocolError
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

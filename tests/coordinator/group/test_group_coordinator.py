@@ -1,11 +1,7 @@
-"""The classic group coordinator: rebalances, sessions, offsets, persistence, admin.
+"""The classic group coordinator's membership protocol: joins, rebalances, sessions, static
+members, lifecycle, and randomized runs that must keep the bookkeeping consistent.
 
-Every test runs its own event loop (``@async_test``: pytest-asyncio is not used) on a virtual
-clock (:class:`VirtualClockLoop`): the coordinator's timers are ``loop.call_later``/``call_at``,
-and this loop's clock only moves when every task waits for a timer, straight to the earliest
-one. Timers fire in deadline order and at their exact time however loaded the machine is, so
-the tests assert exact durations (the initial delay, a session, a rebalance timeout) instead
-of wall-clock ranges, and take no real time waiting.
+Test parts (virtual clock, scripted members): tests/coordinator/group/group_parts.py.
 """
 
 from __future__ import annotations
@@ -13,233 +9,44 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import selectors
 from collections import Counter
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable
 from typing import Any
 
 import pytest
 
-from tierlog.errors import KafkaStorageError
-from tierlog.server.group_coordinator import (
-    GroupCoordinator,
-    InMemoryOffsetStore,
-    JoinResult,
-    SyncResult,
-    java_string_hash,
+from tierlog.coordinator.group.group_coordinator import GroupCoordinator
+from tierlog.coordinator.group.group_metadata import GroupState
+from tierlog.coordinator.group.member_metadata import JoinResult, SyncResult
+from tierlog.coordinator.offset_store import InMemoryOffsetStore
+
+from .group_parts import (
+    COORDINATOR_LOAD_IN_PROGRESS,
+    COORDINATOR_NOT_AVAILABLE,
+    DELAY_MS,
+    EPS,
+    FENCED_INSTANCE_ID,
+    ILLEGAL_GENERATION,
+    INCONSISTENT_GROUP_PROTOCOL,
+    INVALID_GROUP_ID,
+    INVALID_SESSION_TIMEOUT,
+    MEMBER_ID_REQUIRED,
+    NONE,
+    NOT_COORDINATOR,
+    REBALANCE_IN_PROGRESS,
+    UNKNOWN_MEMBER_ID,
+    Member,
+    async_test,
+    heartbeat_until,
+    join_all,
+    now,
+    run_virtual,
+    stable_group,
+    started,
+    stored_generation,
+    sync_all,
+    until,
 )
-from tierlog.server.group_metadata import GroupState
-from tierlog.server.group_records import (
-    GroupMetadataKey,
-    GroupMetadataValue,
-    OffsetCommitKey,
-    OffsetCommitValue,
-    decode_key,
-)
-
-NONE = 0
-OFFSET_METADATA_TOO_LARGE = 12
-COORDINATOR_LOAD_IN_PROGRESS = 14
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_COORDINATOR = 16
-ILLEGAL_GENERATION = 22
-INCONSISTENT_GROUP_PROTOCOL = 23
-INVALID_GROUP_ID = 24
-UNKNOWN_MEMBER_ID = 25
-INVALID_SESSION_TIMEOUT = 26
-REBALANCE_IN_PROGRESS = 27
-NON_EMPTY_GROUP = 68
-GROUP_ID_NOT_FOUND = 69
-MEMBER_ID_REQUIRED = 79
-FENCED_INSTANCE_ID = 82
-
-DELAY_MS = 60  # group.initial.rebalance.delay.ms in these tests
-
-
-class VirtualClockLoop(asyncio.SelectorEventLoop):
-    """An event loop whose clock stands still while anything is ready to run, and jumps to
-    the next timer when nothing is: no timer fires early or late, whatever the machine's
-    load. Sockets still work (polled without waiting); with no timer at all it blocks on
-    them as usual."""
-
-    def __init__(self) -> None:
-        self._now = 1000.0
-        loop = self
-
-        class JumpingSelector(selectors.DefaultSelector):
-            def select(self, timeout: float | None = None) -> Any:
-                if timeout is None:
-                    return super().select(None)
-                ready = super().select(0)
-                if not ready:
-                    loop._now += timeout  # idle until the next timer: it is due now
-                return ready
-
-        super().__init__(JumpingSelector())
-
-    def time(self) -> float:
-        return self._now
-
-
-def run_virtual(coro: Awaitable[None]) -> None:
-    """Run ``coro`` on a fresh :class:`VirtualClockLoop` (20 virtual seconds at most)."""
-
-    async def main() -> None:
-        await asyncio.wait_for(coro, timeout=20)
-
-    with asyncio.Runner(loop_factory=VirtualClockLoop) as runner:
-        runner.run(main())
-
-
-#: Rounding error allowed on a virtual time reached by many small sleeps.
-EPS = 1e-6
-
-
-def now() -> float:
-    """The running loop's clock (virtual in these tests), in seconds."""
-    return asyncio.get_running_loop().time()
-
-
-def async_test(fn: Callable[[], Awaitable[None]]) -> Callable[[], None]:
-    """Run an ``async def`` test on a fresh virtual clock, with a hard timeout."""
-
-    def run() -> None:
-        run_virtual(fn())
-
-    run.__name__ = fn.__name__
-    run.__doc__ = fn.__doc__
-    return run
-
-
-async def started(store: InMemoryOffsetStore | None = None, **kw: Any) -> GroupCoordinator:
-    kw.setdefault("initial_rebalance_delay_ms", DELAY_MS)
-    kw.setdefault("min_session_timeout_ms", 10)
-    kw.setdefault("max_session_timeout_ms", 60_000)
-    kw.setdefault("offsets_topic_num_partitions", 5)
-    coord = GroupCoordinator(store if store is not None else InMemoryOffsetStore(), **kw)
-    await coord.start()
-    return coord
-
-
-@dataclass
-class Member:
-    """A scripted consumer."""
-
-    coord: GroupCoordinator
-    client_id: str
-    group: str = "g"
-    protocols: list[tuple[str, bytes]] = field(default_factory=lambda: [("range", b"r")])
-    session_ms: int = 5000
-    rebalance_ms: int = 2000
-    instance: str | None = None
-    protocol_type: str = "consumer"
-    member_id: str = ""
-    generation: int = -1
-    last: JoinResult | None = None
-
-    async def join(self, require_known: bool = False) -> JoinResult:
-        r = await self.coord.join_group(
-            self.group,
-            self.member_id,
-            self.instance,
-            self.protocol_type,
-            self.protocols,
-            self.session_ms,
-            self.rebalance_ms,
-            self.client_id,
-            "/127.0.0.1",
-            require_known,
-        )
-        if r.error_code in (NONE, MEMBER_ID_REQUIRED):
-            self.member_id = r.member_id
-        if r.error_code == NONE:
-            self.generation = r.generation_id
-            self.last = r
-        return r
-
-    async def sync(self, assignments: dict[str, bytes] | None = None) -> SyncResult:
-        return await self.coord.sync_group(
-            self.group,
-            self.generation,
-            self.member_id,
-            self.instance,
-            self.protocol_type,
-            self.last.protocol_name if self.last else None,
-            assignments or {},
-        )
-
-    def heartbeat(self) -> int:
-        return self.coord.heartbeat(self.group, self.generation, self.member_id, self.instance)
-
-    async def commit(
-        self, offsets: dict[tuple[str, int], tuple[int, int, str | None]]
-    ) -> dict[tuple[str, int], int]:
-        return await self.coord.commit_offsets(
-            self.group, self.generation, self.member_id, self.instance, offsets
-        )
-
-    @property
-    def is_leader(self) -> bool:
-        return self.last is not None and self.last.leader_id == self.member_id
-
-
-async def join_all(members: list[Member]) -> list[JoinResult]:
-    return list(await asyncio.gather(*(m.join() for m in members)))
-
-
-async def sync_all(members: list[Member]) -> list[SyncResult]:
-    """Everyone syncs; the leader assigns ``b"a-<client id>"`` to each member."""
-    by_id = {m.member_id: m for m in members}
-
-    async def one(m: Member) -> SyncResult:
-        assignments = {}
-        if m.is_leader:
-            assert m.last is not None
-            assignments = {
-                mid: f"a-{by_id[mid].client_id}".encode() for mid, _, _ in m.last.members
-            }
-        return await m.sync(assignments)
-
-    return list(await asyncio.gather(*(one(m) for m in members)))
-
-
-async def stable_group(coord: GroupCoordinator, n: int, **kw: Any) -> list[Member]:
-    members = [Member(coord, f"c{i}", **kw) for i in range(n)]
-    results = await join_all(members)
-    assert [r.error_code for r in results] == [NONE] * n
-    syncs = await sync_all(members)
-    assert [s.error_code for s in syncs] == [NONE] * n
-    assert coord.describe_group(members[0].group).state == "Stable"
-    return members
-
-
-async def until(condition: Callable[[], bool], step: float = 0.001) -> float:
-    """Wait for a state, polling every ``step`` (5 s deadline); the time it was seen."""
-    deadline = now() + 5
-    while not condition():
-        assert now() < deadline, "the state was not reached"
-        await asyncio.sleep(step)
-    return now()
-
-
-def stored_generation(store: InMemoryOffsetStore, coord: GroupCoordinator, group: str) -> Any:
-    """The group's latest GroupMetadataValue in the store (None if none)."""
-    values = [
-        GroupMetadataValue.decode(v)
-        for k, v in store.partitions[coord.partition_for(group)]
-        if isinstance(decode_key(k), GroupMetadataKey) and v is not None
-    ]
-    return values[-1] if values else None
-
-
-async def heartbeat_until(members: list[Member], code: int, every: float = 0.01) -> None:
-    """Heartbeat like a consumer until each member sees ``code``."""
-    waiting = list(members)
-    while waiting:
-        waiting = [m for m in waiting if m.heartbeat() != code]
-        await asyncio.sleep(every)
-
 
 # =========================================================================== joining
 
@@ -257,13 +64,13 @@ async def test_single_member_join_sync_heartbeat():
     assert r.member_id.startswith("solo-")
     assert (r.protocol_type, r.protocol_name) == ("consumer", "range")
     assert r.members == [(r.member_id, None, b"r")]
-    assert coord.describe_group("g").state == "CompletingRebalance"
+    assert coord.group_manager.describe_group("g").state == "CompletingRebalance"
     assert m.heartbeat() == NONE  # heartbeats are fine while completing
 
     s = await m.sync({m.member_id: b"mine"})
     assert s == SyncResult(NONE, "consumer", "range", b"mine")
     assert m.heartbeat() == NONE
-    d = coord.describe_group("g")
+    d = coord.group_manager.describe_group("g")
     assert (d.error_code, d.state, d.protocol_type, d.protocol) == (
         0,
         "Stable",
@@ -271,7 +78,7 @@ async def test_single_member_join_sync_heartbeat():
         "range",
     )
     assert d.members == [(m.member_id, None, "solo", "/127.0.0.1", b"r", b"mine")]
-    assert coord.list_groups() == [("g", "consumer", "Stable")]
+    assert coord.group_manager.list_groups() == [("g", "consumer", "Stable")]
     # a SyncGroup in a Stable group returns the current assignment again
     assert (await m.sync()).assignment == b"mine"
     await coord.stop()
@@ -286,7 +93,7 @@ async def test_member_id_required_flow():
     assert r.generation_id == -1
     prefix, _, uuid_part = r.member_id.partition("-")
     assert prefix == "cid" and len(uuid_part) == 36
-    assert coord.describe_group("g").state == "Empty"
+    assert coord.group_manager.describe_group("g").state == "Empty"
     r2 = await m.join(require_known=True)
     assert r2.error_code == NONE
     assert r2.member_id == r.member_id
@@ -300,7 +107,7 @@ async def test_pending_member_expires_after_session_timeout():
     m = Member(coord, "cid", session_ms=50)
     t0 = now()
     assert (await m.join(require_known=True)).error_code == MEMBER_ID_REQUIRED
-    pending = coord._groups["g"].pending_members
+    pending = coord.group_manager.get_group("g").pending_members
     assert m.member_id in pending
     expired_at = await until(lambda: m.member_id not in pending)
     # its session, seen within the 1 ms poll (EPS: rounding of the summed poll steps)
@@ -353,7 +160,7 @@ async def test_three_members_initial_delay_then_one_generation():
 
     syncs = await sync_all(members)
     assert [s.assignment for s in syncs] == [b"a-c0", b"a-c1", b"a-c2"]
-    assert coord.describe_group("g").state == "Stable"
+    assert coord.group_manager.describe_group("g").state == "Stable"
     await coord.stop()
 
 
@@ -465,7 +272,7 @@ async def test_member_leaving_triggers_rebalance_and_others_rejoin():
     a, b, c = await stable_group(coord, 3)
     top, per_member = await coord.leave_group("g", [(c.member_id, None)])
     assert (top, per_member) == (NONE, [(c.member_id, None, NONE)])
-    assert coord.describe_group("g").state == "PreparingRebalance"
+    assert coord.group_manager.describe_group("g").state == "PreparingRebalance"
     assert a.heartbeat() == REBALANCE_IN_PROGRESS
     assert b.heartbeat() == REBALANCE_IN_PROGRESS
     assert c.heartbeat() == UNKNOWN_MEMBER_ID
@@ -492,7 +299,7 @@ async def test_last_member_leaving_empties_the_group():
     coord = await started(store)
     (a,) = await stable_group(coord, 1)
     await coord.leave_group("g", [(a.member_id, None)])
-    d = coord.describe_group("g")
+    d = coord.group_manager.describe_group("g")
     assert (d.state, d.members) == ("Empty", [])
     # the empty generation is stored in the background
     await until(lambda: stored_generation(store, coord, "g").generation == 2)
@@ -512,7 +319,7 @@ async def test_session_timeout_expires_a_silent_member():
     results = await join_all([a, b])
     assert {r.generation_id for r in results} == {2}
     await sync_all([a, b])
-    assert len(coord.describe_group("g").members) == 2
+    assert len(coord.group_manager.describe_group("g").members) == 2
     # the survivors keep their membership as long as they heartbeat
     for _ in range(15):
         assert a.heartbeat() == NONE and b.heartbeat() == NONE
@@ -540,7 +347,7 @@ async def test_rebalance_timeout_removes_members_that_do_not_rejoin():
     ra, rd = await asyncio.gather(a_join, d_join)
     assert ra.generation_id == rd.generation_id == 2
     assert b.heartbeat() == UNKNOWN_MEMBER_ID
-    assert len(coord.describe_group("g").members) == 2
+    assert len(coord.group_manager.describe_group("g").members) == 2
     await coord.stop()
 
 
@@ -552,7 +359,7 @@ async def test_members_that_never_sync_are_removed():
     leader, follower = (a, b) if a.is_leader else (b, a)
     s = await leader.sync({leader.member_id: b"x", follower.member_id: b"y"})
     assert s.assignment == b"x"
-    assert coord.describe_group("g").state == "Stable"
+    assert coord.group_manager.describe_group("g").state == "Stable"
     # the follower never sends SyncGroup: after the rebalance timeout it is dropped
     await heartbeat_until([leader], REBALANCE_IN_PROGRESS)
     assert follower.heartbeat() == UNKNOWN_MEMBER_ID
@@ -586,12 +393,12 @@ async def test_a_follower_rejoining_a_stable_group_unchanged_gets_current_genera
     follower = b if a.is_leader else a
     r = await follower.join()
     assert r.error_code == NONE and r.generation_id == 1 and r.members == []
-    assert coord.describe_group("g").state == "Stable"
+    assert coord.group_manager.describe_group("g").state == "Stable"
     # whereas the leader rejoining forces a rebalance
     leader = a if a.is_leader else b
     leader_join = asyncio.ensure_future(leader.join())
     await asyncio.sleep(0.01)
-    assert coord.describe_group("g").state == "PreparingRebalance"
+    assert coord.group_manager.describe_group("g").state == "PreparingRebalance"
     await follower.join()
     assert (await leader_join).generation_id == 2
     await coord.stop()
@@ -622,11 +429,11 @@ async def test_static_member_rejoin_keeps_assignment_and_fences_old_id():
     assert r.member_id != old_id and r.generation_id == 1
     assert r.leader_id == leader_before  # old leader id: no trivial reassignment
     assert r.members == []
-    assert coord.describe_group("g").state == "Stable"  # no rebalance
+    assert coord.group_manager.describe_group("g").state == "Stable"  # no rebalance
     assert a.heartbeat() == FENCED_INSTANCE_ID
     assert restarted.heartbeat() == NONE
     assert (await restarted.sync()).assignment == b"a-a"
-    members = {m[0] for m in coord.describe_group("g").members}
+    members = {m[0] for m in coord.group_manager.describe_group("g").members}
     assert members == {restarted.member_id, b.member_id}
     # a joined first, so it led; its leadership moved to the new member id
     assert was_leader
@@ -653,7 +460,7 @@ async def test_static_member_survives_a_rebalance_without_rejoining():
     await b.join()  # a (static) does not rejoin; the phase ends at the rebalance timeout
     assert (await c_join).generation_id == 2
     # the static member stays in the group (until its session expires)
-    assert any(m[1] == "inst-a" for m in coord.describe_group("g").members)
+    assert any(m[1] == "inst-a" for m in coord.group_manager.describe_group("g").members)
     await coord.stop()
 
 
@@ -662,262 +469,13 @@ async def stable_group_of(coord: GroupCoordinator, members: list[Member]) -> Non
     assert {s.error_code for s in await sync_all(members)} == {NONE}
 
 
-# =========================================================================== offsets
-
-
-@async_test
-async def test_commit_and_fetch_offsets():
-    coord = await started()
-    (a,) = await stable_group(coord, 1)
-    offsets = {
-        ("t", 0): (10, 3, "meta"),
-        ("t", 1): (-1, -1, None),  # kafkajs commits -1 and -2 and reads them back
-        ("u", 0): (-2, -1, ""),
-    }
-    assert await a.commit(offsets) == dict.fromkeys(offsets, NONE)
-    err, fetched = coord.fetch_offsets("g", [("t", 0), ("t", 1), ("u", 0), ("t", 9)])
-    assert err == NONE
-    assert fetched == {
-        ("t", 0): (10, 3, "meta"),
-        ("t", 1): (-1, -1, ""),
-        ("u", 0): (-2, -1, ""),
-        ("t", 9): (-1, -1, ""),
-    }
-    assert coord.fetch_offsets("g", None)[1].keys() == offsets.keys()
-    assert coord.fetch_offsets("nogroup", [("t", 0)]) == (NONE, {("t", 0): (-1, -1, "")})
-    assert coord.fetch_offsets("nogroup", None) == (NONE, {})
-    # last commit wins
-    await a.commit({("t", 0): (11, 3, "m2")})
-    assert coord.fetch_offsets("g", [("t", 0)])[1] == {("t", 0): (11, 3, "m2")}
-    await coord.stop()
-
-
-@async_test
-async def test_offset_metadata_too_large_only_fails_that_partition():
-    coord = await started()
-    (a,) = await stable_group(coord, 1)
-    result = await a.commit({("t", 0): (1, -1, "x" * 4097), ("t", 1): (2, -1, "x" * 4096)})
-    assert result == {("t", 0): OFFSET_METADATA_TOO_LARGE, ("t", 1): NONE}
-    # the limit counts Java chars (UTF-16 units): an emoji is two
-    result = await a.commit({("t", 2): (1, -1, "😀" * 2049)})
-    assert result == {("t", 2): OFFSET_METADATA_TOO_LARGE}
-    assert coord.fetch_offsets("g", [("t", 0)])[1][("t", 0)][0] == -1
-    await coord.stop()
-
-
-@async_test
-async def test_standalone_commits_with_generation_minus_one():
-    coord = await started()
-    result = await coord.commit_offsets("simple", -1, "", None, {("t", 0): (42, -1, None)})
-    assert result == {("t", 0): NONE}
-    assert coord.list_groups() == [("simple", "", "Empty")]
-    assert coord.fetch_offsets("simple", [("t", 0)])[1] == {("t", 0): (42, -1, "")}
-    # a generation for a group that does not exist is stale
-    result = await coord.commit_offsets("nogroup", 3, "m", None, {("t", 0): (1, -1, None)})
-    assert result == {("t", 0): ILLEGAL_GENERATION}
-    # standalone commits to a group with members are refused
-    await stable_group(coord, 1)
-    result = await coord.commit_offsets("g", -1, "", None, {("t", 0): (1, -1, None)})
-    assert result == {("t", 0): UNKNOWN_MEMBER_ID}
-    # the empty group id is allowed for offsets (old clients), not for membership
-    assert await coord.commit_offsets("", -1, "", None, {("t", 0): (7, -1, None)}) == {
-        ("t", 0): NONE
-    }
-    await coord.stop()
-
-
-@async_test
-async def test_commit_is_answered_only_after_the_store_append():
-    store = InMemoryOffsetStore()
-    store.append_delay = 0.05
-    coord = await started(store)
-    task = asyncio.ensure_future(coord.commit_offsets("s", -1, "", None, {("t", 0): (1, -1, None)}))
-    await asyncio.sleep(0.01)
-    assert not task.done()
-    assert not store.partitions[coord.partition_for("s")]
-    assert await task == {("t", 0): NONE}
-    assert len(store.partitions[coord.partition_for("s")]) == 1
-    await coord.stop()
-
-
-@async_test
-async def test_store_failures_become_retriable_errors():
-    store = InMemoryOffsetStore()
-    coord = await started(store)
-    a, b = [Member(coord, f"c{i}") for i in range(2)]
-    await join_all([a, b])
-    store.fail_with = KafkaStorageError("disk gone")
-    result = await coord.commit_offsets("s", -1, "", None, {("t", 0): (1, -1, None)})
-    assert result == {("t", 0): COORDINATOR_NOT_AVAILABLE}
-    assert coord.fetch_offsets("s", [("t", 0)])[1] == {("t", 0): (-1, -1, "")}
-    # storing the leader's assignment fails: everyone is told, the group rebalances
-    syncs = await sync_all([a, b])
-    assert {s.error_code for s in syncs} == {COORDINATOR_NOT_AVAILABLE}
-    assert coord.describe_group("g").state == "PreparingRebalance"
-    store.fail_with = None
-    await join_all([a, b])
-    assert {s.error_code for s in await sync_all([a, b])} == {NONE}
-    await coord.stop()
-
-
-# =========================================================================== persistence
-
-
-@async_test
-async def test_replay_rebuilds_offsets_and_groups():
-    store = InMemoryOffsetStore()
-    coord = await started(store)
-    a, b = await stable_group(coord, 2, session_ms=300)
-    await a.commit({("t", 0): (5, 1, "x"), ("t", 1): (6, 1, None)})
-    await a.commit({("t", 0): (7, 2, "y")})  # last writer wins on replay
-    await coord.commit_offsets("simple", -1, "", None, {("u", 3): (-2, -1, None)})
-    await coord.stop()
-
-    # every record sits in its group's partition and decodes
-    for partition, records in store.partitions.items():
-        for key, value in records:
-            k = decode_key(key)
-            assert k is not None and coord.partition_for(k.group) == partition
-            assert value is not None
-
-    coord2 = await started(store)
-    assert coord2.fetch_offsets("g", None)[1] == {("t", 0): (7, 2, "y"), ("t", 1): (6, 1, "")}
-    assert coord2.fetch_offsets("simple", None)[1] == {("u", 3): (-2, -1, "")}
-    d = coord2.describe_group("g")
-    assert (d.state, d.protocol) == ("Stable", "range")
-    assert sorted((m[0], m[5]) for m in d.members) == sorted(
-        [(a.member_id, b"a-c0"), (b.member_id, b"a-c1")]
-    )
-    assert sorted(coord2.list_groups()) == [("g", "consumer", "Stable"), ("simple", "", "Empty")]
-    # the members carry on with the generation they had
-    for m in (a, b):
-        m.coord = coord2
-        assert m.heartbeat() == NONE
-        assert (await m.sync()).assignment in (b"a-c0", b"a-c1")
-    await coord2.stop()
-
-
-@async_test
-async def test_replayed_members_expire_without_heartbeats():
-    store = InMemoryOffsetStore()
-    coord = await started(store)
-    await stable_group(coord, 2, session_ms=100)
-    await coord.stop()
-    coord2 = await started(store)
-    t0 = now()
-    assert coord2.describe_group("g").state == "Stable"
-    emptied_at = await until(lambda: coord2.describe_group("g").state == "Empty")
-    assert 0.1 - EPS <= emptied_at - t0 <= 0.101 + EPS  # their 100 ms sessions, from the load
-    # the empty generation is stored in the background: stop only once it is
-    await until(lambda: stored_generation(store, coord2, "g").generation == 2)
-    assert stored_generation(store, coord2, "g").members == ()
-    await coord2.stop()
-    coord3 = await started(store)
-    assert coord3.describe_group("g").state == "Empty"
-    await coord3.stop()
-
-
-@async_test
-async def test_replay_skips_foreign_and_corrupt_records():
-    store = InMemoryOffsetStore()
-    coord = GroupCoordinator(store, offsets_topic_num_partitions=1)
-    good_key = OffsetCommitKey("g", "t", 0).encode()
-    store.partitions[0] = [
-        (b"\x00\x03\x00\x01g", b"\x00\x00"),  # a KIP-848 record type: not ours
-        (b"\x00", b""),  # garbage key
-        (good_key, b"\x00\x03\x00"),  # truncated value
-        (good_key, OffsetCommitValue(9, -1, "", 1).encode()),
-        (OffsetCommitKey("gone", "t", 0).encode(), OffsetCommitValue(1).encode()),
-        (OffsetCommitKey("gone", "t", 0).encode(), None),  # tombstone
-    ]
-    await coord.start()
-    assert coord.fetch_offsets("g", None)[1] == {("t", 0): (9, -1, "")}
-    assert [g for g, _, _ in coord.list_groups()] == ["g"]
-    await coord.stop()
-
-
-# =========================================================================== admin
-
-
-@async_test
-async def test_delete_groups():
-    store = InMemoryOffsetStore()
-    coord = await started(store)
-    await stable_group(coord, 1)
-    await coord.commit_offsets(
-        "empty", -1, "", None, {("t", 0): (1, -1, None), ("t", 1): (2, -1, None)}
-    )
-    result = await coord.delete_groups(["g", "empty", "unknown", "empty"])
-    assert result == {"g": NON_EMPTY_GROUP, "empty": NONE, "unknown": GROUP_ID_NOT_FOUND}
-    assert coord.describe_group("empty").state == "Dead"
-    assert coord.fetch_offsets("empty", [("t", 0)])[1] == {("t", 0): (-1, -1, "")}
-    assert [g for g, _, _ in coord.list_groups()] == ["g"]
-    tail = store.partitions[coord.partition_for("empty")][-3:]
-    assert [(decode_key(k), v) for k, v in tail] == [
-        (GroupMetadataKey("empty"), None),
-        (OffsetCommitKey("empty", "t", 0), None),
-        (OffsetCommitKey("empty", "t", 1), None),
-    ]
-    assert (await coord.delete_groups(["empty"])) == {"empty": GROUP_ID_NOT_FOUND}
-    await coord.stop()
-    coord2 = await started(store)
-    assert coord2.describe_group("empty").state == "Dead"
-    assert coord2.fetch_offsets("empty", None)[1] == {}
-    # the id can be used again
-    assert (await coord2.commit_offsets("empty", -1, "", None, {("t", 0): (3, -1, None)})) == {
-        ("t", 0): NONE
-    }
-    await coord2.stop()
-
-
-@async_test
-async def test_list_and_describe():
-    coord = await started()
-    await stable_group(coord, 2)
-    await coord.commit_offsets("simple", -1, "", None, {("t", 0): (1, -1, None)})
-    joining = asyncio.ensure_future(Member(coord, "x", group="joining").join())
-    await asyncio.sleep(0.005)
-    assert sorted(coord.list_groups()) == [
-        ("g", "consumer", "Stable"),
-        ("joining", "consumer", "PreparingRebalance"),
-        ("simple", "", "Empty"),
-    ]
-    assert coord.list_groups(["stable", "EMPTY"]) == [
-        ("g", "consumer", "Stable"),
-        ("simple", "", "Empty"),
-    ]
-    assert coord.list_groups(["Dead"]) == []
-    d = coord.describe_group("joining")
-    assert (d.state, d.protocol, len(d.members)) == ("PreparingRebalance", "", 1)
-    assert d.members[0][4:] == (b"", b"")  # no metadata unless Stable
-    d = coord.describe_group("unknown")
-    assert (d.error_code, d.state, d.protocol_type, d.members) == (NONE, "Dead", "", [])
-    await joining
-    await coord.stop()
-
-
-def test_partition_for_matches_java_string_hash_code():
-    assert java_string_hash("") == 0
-    assert java_string_hash("hello") == 99162322
-    assert java_string_hash("Aa") == java_string_hash("BB") == 2112
-    assert java_string_hash("😀") == 0xD83D * 31 + 0xDE00  # UTF-16 surrogate pair
-    assert java_string_hash("polygenelubricants") == -(2**31)
-    coord = GroupCoordinator(InMemoryOffsetStore(), offsets_topic_num_partitions=50)
-    assert coord.partition_for("polygenelubricants") == 0  # Utils.abs(MIN_VALUE) == 0
-    assert coord.partition_for("hello") == 99162322 % 50
-    h = java_string_hash("console-consumer-12345")
-    assert coord.partition_for("console-consumer-12345") == abs(h) % 50
-    with pytest.raises(ValueError):
-        GroupCoordinator(InMemoryOffsetStore(), offsets_topic_num_partitions=0)
-
-
 # =========================================================================== lifecycle
 
 
 @async_test
 async def test_requests_before_start_and_after_stop():
     coord = GroupCoordinator(InMemoryOffsetStore(), initial_rebalance_delay_ms=DELAY_MS)
-    assert coord.availability_error() == COORDINATOR_LOAD_IN_PROGRESS
+    assert coord.group_manager.availability_error() == COORDINATOR_LOAD_IN_PROGRESS
     assert (await Member(coord, "x", session_ms=6000).join()).error_code == (
         COORDINATOR_LOAD_IN_PROGRESS
     )
@@ -932,10 +490,10 @@ async def test_requests_before_start_and_after_stop():
     await coord.stop()
     # parked requests are sent to find the coordinator again
     assert (await parked).error_code == NOT_COORDINATOR
-    assert coord.fetch_offsets("g", None) == (COORDINATOR_NOT_AVAILABLE, {})
+    assert coord.group_manager.fetch_offsets("g", None) == (COORDINATOR_NOT_AVAILABLE, {})
     assert coord.heartbeat("g", 1, "m", None) == COORDINATOR_NOT_AVAILABLE
-    assert coord.describe_group("g").error_code == COORDINATOR_NOT_AVAILABLE
-    assert coord.list_groups() == []
+    assert coord.group_manager.describe_group("g").error_code == COORDINATOR_NOT_AVAILABLE
+    assert coord.group_manager.list_groups() == []
 
 
 @async_test
@@ -957,7 +515,7 @@ async def test_cancelled_join_does_not_break_the_group():
 
 def check_invariants(coord: GroupCoordinator) -> None:
     """Bookkeeping that must hold between any two events."""
-    for g in coord._groups.values():
+    for g in coord.group_manager.current_groups():
         ms = g.members
         assert all(mid == m.member_id for mid, m in ms.items())
         assert g.num_members_awaiting_join == sum(m.is_awaiting_join for m in ms.values())
@@ -1076,7 +634,7 @@ def test_random_operations_keep_invariants_then_converge(seed, caplog):
         def converged() -> bool:
             for name in ("g1", "g2"):
                 cs = [c for c in clients if c.group == name]
-                g = coord._groups.get(name)
+                g = coord.group_manager.get_group(name)
                 if not cs:
                     continue
                 if g is None or g.state is not GroupState.STABLE:
@@ -1089,13 +647,13 @@ def test_random_operations_keep_invariants_then_converge(seed, caplog):
 
         deadline = now() + 5
         while not converged():
-            assert now() < deadline, f"no convergence: {coord._groups}"
+            assert now() < deadline, f"no convergence: {list(coord.group_manager.current_groups())}"
             check_invariants(coord)
             await asyncio.sleep(0.01)
         stop.set()
         await coord.stop()
         await asyncio.wait_for(asyncio.gather(*loops), timeout=5)
 
-    with caplog.at_level(logging.WARNING, logger="tierlog.server.group_coordinator"):
+    with caplog.at_level(logging.WARNING, logger="tierlog.coordinator.group"):
         run_virtual(main())
     assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]

@@ -1,10 +1,13 @@
-"""Kafka's classic consumer-group coordinator for a single node, on asyncio.
+"""Kafka's classic consumer-group coordinator, on asyncio: the membership protocol.
 
-What it does (Kafka's ``GroupCoordinator``/``GroupMetadataManager``, classic protocol):
-JoinGroup / SyncGroup / Heartbeat / LeaveGroup drive each group through the state machine of
-:mod:`tierlog.server.group_metadata`; OffsetCommit / OffsetFetch keep committed offsets;
-ListGroups / DescribeGroups / DeleteGroups administer groups. The API takes and returns plain
-Python values; the request handlers translate kio messages to and from them.
+What it does (Kafka's ``GroupCoordinator``, classic protocol): JoinGroup / SyncGroup /
+Heartbeat / LeaveGroup drive each group through the state machine of
+:mod:`tierlog.coordinator.group.group_metadata`; OffsetCommit checks the committing member.
+The groups, their persistence in ``__consumer_offsets``, the partitions this broker owns, and
+OffsetFetch / ListGroups / DescribeGroups / DeleteGroups are the
+:class:`~tierlog.coordinator.group.group_metadata_manager.GroupMetadataManager`'s
+(:attr:`GroupCoordinator.group_manager`). The API takes and returns plain Python values; the
+request handlers translate kio messages to and from them.
 
 Timing (all timers are ``loop.call_later``/``call_at``; ``time_ms`` only stamps records):
 
@@ -22,12 +25,8 @@ Timing (all timers are ``loop.call_later``/``call_at``; ``time_ms`` only stamps 
   their first join). Each member has one timer and a deadline: a heartbeat only moves the
   deadline (O(1)), the timer re-arms itself when it finds the deadline moved.
 
-Persistence goes through :class:`OffsetStore` (the broker implements it on its
-``__consumer_offsets`` log): record formats are Kafka's (:mod:`tierlog.server.group_records`).
-Offset commits and group generations are answered only after :meth:`OffsetStore.append`
-returned. Appends to one store partition are serialized by a lock and their in-memory effect is
-applied under it, so memory always matches the order of the log. :meth:`GroupCoordinator.start`
-replays every partition, last writer wins per key (tombstones delete).
+Group generations and offset commits are answered only after the store has them (see
+:mod:`~tierlog.coordinator.group.group_metadata_manager` for the order of appends).
 
 Thread-safety: none. Every method must be called from the one asyncio event loop that called
 :meth:`GroupCoordinator.start`; state changes happen between awaits, so each request's
@@ -37,40 +36,18 @@ checks and updates are atomic with respect to the others. Requests are not idemp
 from __future__ import annotations
 
 import asyncio
-import enum
-import functools
 import logging
 import time
-from collections import defaultdict
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any
 
-from tierlog.errors import (
-    CoordinatorLoadInProgress,
-    CoordinatorNotAvailable,
-    GroupIdNotFound,
-    IllegalGeneration,
-    InconsistentGroupProtocol,
-    InvalidCommitOffsetSize,
-    InvalidGroupId,
-    InvalidSessionTimeout,
-    LocalProtocolError,
-    MemberIdRequired,
-    MessageTooLarge,
-    NonEmptyGroup,
-    NotCoordinator,
-    NotLeaderOrFollower,
-    OffsetMetadataTooLarge,
-    RebalanceInProgress,
-    RecordListTooLarge,
-    UnknownMemberId,
-    UnknownServerError,
+from tierlog.coordinator.group.group_metadata import GroupMetadata, GroupState
+from tierlog.coordinator.group.group_metadata_manager import (
+    OFFSET_METADATA_MAX_SIZE,
+    GroupMetadataManager,
 )
-from tierlog.server.group_metadata import (
-    CommittedOffset,
-    GroupMetadata,
-    GroupState,
+from tierlog.coordinator.group.member_metadata import (
     JoinCallback,
     JoinResult,
     MemberMetadata,
@@ -78,30 +55,25 @@ from tierlog.server.group_metadata import (
     SyncResult,
     dedupe_protocols,
 )
-from tierlog.server.group_records import (
-    GroupMetadataKey,
-    GroupMetadataValue,
-    OffsetCommitKey,
-    OffsetCommitValue,
-    decode_key,
+from tierlog.coordinator.offset_store import OffsetStore
+from tierlog.errors import (
+    CoordinatorNotAvailable,
+    IllegalGeneration,
+    InconsistentGroupProtocol,
+    InvalidGroupId,
+    InvalidSessionTimeout,
+    MemberIdRequired,
+    NotCoordinator,
+    RebalanceInProgress,
+    UnknownMemberId,
 )
 
-__all__ = [
-    "GroupCoordinator",
-    "GroupDescription",
-    "InMemoryOffsetStore",
-    "JoinResult",
-    "OffsetStore",
-    "SyncResult",
-    "java_string_hash",
-]
+__all__ = ["NEW_MEMBER_JOIN_TIMEOUT_MS", "GroupCoordinator"]
 
 log = logging.getLogger(__name__)
 
 NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
 """Kafka's ``group.classic.new.member.join.timeout.ms``: a new member's first join expires."""
-OFFSET_METADATA_MAX_SIZE = 4096
-"""Kafka's ``offset.metadata.max.bytes`` (compared with the Java string length)."""
 
 _EMPTY = GroupState.EMPTY
 _PREPARING = GroupState.PREPARING_REBALANCE
@@ -110,53 +82,6 @@ _STABLE = GroupState.STABLE
 _DEAD = GroupState.DEAD
 
 TopicPartition = tuple[str, int]
-Record = tuple[bytes, bytes | None]
-
-
-class OffsetStore(Protocol):
-    """Where the coordinator persists ``__consumer_offsets`` records (key, value or None)."""
-
-    async def append(self, partition: int, records: list[Record]) -> None:
-        """Append records to ``partition``; they are durable when this returns.
-        A value of ``None`` is a tombstone. Raises on failure (nothing or all appended)."""
-        ...
-
-    def replay(self, partition: int) -> Iterable[Record]:
-        """Every record of ``partition``, oldest first (compaction may have dropped some)."""
-        ...
-
-
-class InMemoryOffsetStore:
-    """An :class:`OffsetStore` in a dict, for tests. ``fail_with`` makes appends raise it;
-    ``append_delay`` (seconds) makes them slow. Not thread-safe."""
-
-    def __init__(self) -> None:
-        self.partitions: dict[int, list[Record]] = defaultdict(list)
-        self.fail_with: BaseException | None = None
-        self.append_delay = 0.0
-
-    async def append(self, partition: int, records: list[Record]) -> None:
-        if self.append_delay:
-            await asyncio.sleep(self.append_delay)
-        if self.fail_with is not None:
-            raise self.fail_with
-        self.partitions[partition].extend(records)
-
-    def replay(self, partition: int) -> Iterable[Record]:
-        return list(self.partitions.get(partition, ()))
-
-
-@dataclass(frozen=True, slots=True)
-class GroupDescription:
-    """DescribeGroups for one group. ``members``: (member id, group instance id, client id,
-    client host, metadata, assignment); metadata and assignment are only filled when Stable."""
-
-    error_code: int
-    group_id: str
-    state: str
-    protocol_type: str
-    protocol: str
-    members: list[tuple[str, str | None, str, str, bytes, bytes]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,27 +99,6 @@ class _JoinRequest:
     supports_skip_assignment: bool
 
 
-class _Status(enum.Enum):
-    NEW = "new"
-    LOADING = "loading"
-    ACTIVE = "active"
-    STOPPED = "stopped"
-
-
-@functools.lru_cache(maxsize=4096)
-def java_string_hash(s: str) -> int:
-    """Java's ``String.hashCode`` (over UTF-16 code units, int32 arithmetic)."""
-    data = s.encode("utf-16-be")
-    h = 0
-    for i in range(0, len(data), 2):
-        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def _java_length(s: str) -> int:
-    return len(s) if s.isascii() else len(s.encode("utf-16-le")) // 2
-
-
 def _resolver(future: asyncio.Future[Any]) -> Callable[[Any], None]:
     def resolve(result: Any) -> None:
         if not future.done():  # the request may have been cancelled (connection closed)
@@ -204,8 +108,8 @@ def _resolver(future: asyncio.Future[Any]) -> Callable[[Any], None]:
 
 
 class GroupCoordinator:
-    """The classic group coordinator of a single-node broker. See the module docstring for
-    timing, persistence and thread-safety (single event loop, not thread-safe)."""
+    """The classic group coordinator. See the module docstring for timing and thread-safety
+    (single event loop, not thread-safe)."""
 
     def __init__(
         self,
@@ -219,25 +123,20 @@ class GroupCoordinator:
         new_member_join_timeout_ms: int = NEW_MEMBER_JOIN_TIMEOUT_MS,
         time_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
-        if offsets_topic_num_partitions < 1:
-            raise ValueError("offsets_topic_num_partitions must be at least 1")
-        self._store = store
+        #: The groups, their offsets and their persistence (Kafka's ``groupManager``).
+        self.group_manager = GroupMetadataManager(
+            store,
+            spawn=self._spawn,
+            offsets_topic_num_partitions=offsets_topic_num_partitions,
+            offset_metadata_max_bytes=offset_metadata_max_bytes,
+            time_ms=time_ms,
+        )
         self._initial_delay_ms = initial_rebalance_delay_ms
         self._min_session_ms = min_session_timeout_ms
         self._max_session_ms = max_session_timeout_ms
-        self._num_partitions = offsets_topic_num_partitions
-        self._metadata_max = offset_metadata_max_bytes
         self._new_member_timeout_ms = new_member_join_timeout_ms
-        self._time_ms = time_ms
-        self._groups: dict[str, GroupMetadata] = {}
-        self._status = _Status.NEW
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._locks: dict[int, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
-        #: The __consumer_offsets partitions this coordinator serves (None: all, a single
-        #: node); in a cluster those this broker leads, loaded on election.
-        self._owned: set[int] | None = None
-        self._loading: set[int] = set()
 
     # ================================================================== lifecycle
 
@@ -251,99 +150,46 @@ class GroupCoordinator:
         Raises:
             RuntimeError: called twice.
         """
-        if self._status is not _Status.NEW:
-            raise RuntimeError("GroupCoordinator.start() called twice")
         self._loop = asyncio.get_running_loop()
-        if cluster:
-            self._owned = set()
-            self._status = _Status.ACTIVE
-            return
-        self._status = _Status.LOADING
-        for partition in range(self._num_partitions):
-            self._load_partition(partition)
-            await asyncio.sleep(0)  # let other work run between partitions
-        self._status = _Status.ACTIVE
-        log.info("group coordinator loaded %d groups", len(self._groups))
+        await self.group_manager.startup(cluster=cluster, on_group_loaded=self._on_group_loaded)
 
     def on_election(self, partition: int) -> None:
         """This broker leads ``__consumer_offsets-<partition>`` (Kafka's onElection): replay
         it; its groups answer COORDINATOR_LOAD_IN_PROGRESS meanwhile."""
-        if self._owned is None or partition in self._owned or partition in self._loading:
-            return
-        self._loading.add(partition)
-
-        async def load() -> None:
-            await asyncio.sleep(0)
-            try:
-                if partition in self._loading:
-                    self._load_partition(partition)
-                    self._owned.add(partition)  # type: ignore[union-attr]
-                    log.info("group coordinator: loaded __consumer_offsets-%d", partition)
-            finally:
-                self._loading.discard(partition)
-
-        self._spawn(load())
+        self.group_manager.schedule_load_group_and_offsets(partition, self._on_group_loaded)
 
     def on_resignation(self, partition: int) -> None:
         """This broker no longer leads the partition (Kafka's onResignation): its groups are
         dropped; parked joins and syncs get NOT_COORDINATOR and their clients look again."""
-        if self._owned is None:
-            return
-        self._loading.discard(partition)
-        if partition not in self._owned:
-            return
-        self._owned.discard(partition)
-        not_coordinator = NotCoordinator.error_code
-        for group_id in [g for g in self._groups if self.partition_for(g) == partition]:
-            group = self._groups.pop(group_id)
-            for timer in (group.join_timer, group.sync_timer, *group.pending_members.values()):
-                if timer is not None:
-                    timer.cancel()
-            group.join_timer = group.sync_timer = None
-            for member in group.all_members():
-                self._cancel_heartbeat(member)
-                group.maybe_invoke_join_callback(
-                    member, JoinResult(not_coordinator, member_id=member.member_id)
-                )
-                group.maybe_invoke_sync_callback(member, SyncResult(not_coordinator))
-        log.info("group coordinator: unloaded __consumer_offsets-%d", partition)
-
-    def owns(self, group_id: str) -> bool:
-        """Whether this coordinator serves ``group_id`` now."""
-        return self._owned is None or self.partition_for(group_id) in self._owned
+        self.group_manager.remove_groups_for_partition(partition, self._on_group_unloaded)
 
     async def stop(self) -> None:
         """Stop serving: cancel timers, answer parked requests with NOT_COORDINATOR (clients
         rediscover the coordinator), wait for in-flight appends."""
-        self._status = _Status.STOPPED
-        not_coordinator = NotCoordinator.error_code
-        for group in self._groups.values():
-            for timer in (group.join_timer, group.sync_timer, *group.pending_members.values()):
-                if timer is not None:
-                    timer.cancel()
-            group.join_timer = group.sync_timer = None
-            for member in group.all_members():
-                self._cancel_heartbeat(member)
-                group.maybe_invoke_join_callback(
-                    member, JoinResult(not_coordinator, member_id=member.member_id)
-                )
-                group.maybe_invoke_sync_callback(member, SyncResult(not_coordinator))
+        self.group_manager.shutdown()
+        for group in self.group_manager.current_groups():
+            self._on_group_unloaded(group)
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
-    def availability_error(self) -> int:
-        """0 when serving, else COORDINATOR_LOAD_IN_PROGRESS or COORDINATOR_NOT_AVAILABLE
-        (for top-level error codes such as ListGroups')."""
-        if self._status is _Status.ACTIVE:
-            return 0
-        if self._status is _Status.STOPPED:
-            return CoordinatorNotAvailable.error_code
-        return CoordinatorLoadInProgress.error_code
+    def _on_group_loaded(self, group: GroupMetadata) -> None:
+        """A group read from the store: its members must heartbeat within their session."""
+        for member in group.members.values():
+            self._schedule_heartbeat(group, member)
 
-    def partition_for(self, group_id: str) -> int:
-        """The ``__consumer_offsets`` partition of a group: ``Utils.abs(hashCode) % n``."""
-        h = java_string_hash(group_id)
-        return (0 if h == -(1 << 31) else abs(h)) % self._num_partitions
+    def _on_group_unloaded(self, group: GroupMetadata) -> None:
+        """Kafka's onGroupUnloaded: no more timers; parked requests get NOT_COORDINATOR."""
+        not_coordinator = NotCoordinator.error_code
+        for timer in (group.join_timer, group.sync_timer, *group.pending_members.values()):
+            if timer is not None:
+                timer.cancel()
+        group.join_timer = group.sync_timer = None
+        for member in group.all_members():
+            self._cancel_heartbeat(member)
+            group.maybe_invoke_join_callback(
+                member, JoinResult(not_coordinator, member_id=member.member_id)
+            )
+            group.maybe_invoke_sync_callback(member, SyncResult(not_coordinator))
 
     # ================================================================== JoinGroup
 
@@ -367,7 +213,7 @@ class GroupCoordinator:
         MEMBER_ID_REQUIRED, and for rejoins that change nothing). JoinGroup v0 has no
         rebalance timeout: pass the session timeout. ``require_known_member_id`` is JoinGroup
         v4+; ``supports_skip_assignment`` is v9+ (static leader rejoining a Stable group)."""
-        if err := self._group_error(group_id, allow_empty=False):
+        if err := self.group_manager.validate_group_status(group_id, allow_empty=False):
             return JoinResult(err, member_id=member_id)
         if not self._min_session_ms <= session_timeout_ms <= self._max_session_ms:
             return JoinResult(InvalidSessionTimeout.error_code, member_id=member_id)
@@ -384,11 +230,11 @@ class GroupCoordinator:
             reason,
             supports_skip_assignment,
         )
-        group = self._groups.get(group_id)
+        group = self.group_manager.get_group(group_id)
         if group is None:
             if member_id:
                 return JoinResult(UnknownMemberId.error_code, member_id=member_id)
-            group = self._new_group(group_id)
+            group = self.group_manager.add_group(group_id)
         future: asyncio.Future[JoinResult] = self._running_loop().create_future()
         callback = _resolver(future)
         if member_id:
@@ -527,14 +373,14 @@ class GroupCoordinator:
                 return
             assignment = {m.member_id: m.assignment for m in group.members.values()}
             generation = group.generation_id
-            stored = self._store_group(group, assignment)
+            stored = self.group_manager.store_group(group, assignment)
 
             async def persist() -> None:
                 try:
                     await stored
                     error = 0
                 except Exception as exc:
-                    error = self._storage_error(exc, commit=False)
+                    error = self.group_manager.storage_error(exc, commit=False)
                 still_waiting = group.members.get(new_id) is member and member.is_awaiting_join
                 if not (still_waiting and group.is_(_STABLE)):
                     return  # a rebalance started meanwhile: it answers the member
@@ -657,7 +503,7 @@ class GroupCoordinator:
         group.init_next_generation()
         if group.is_(_EMPTY):
             log.info("group %s is empty at generation %d", group.group_id, group.generation_id)
-            self._spawn(self._store_group_logged(group))
+            self._spawn(self.group_manager.store_empty_group(group))
             return
         log.info(
             "group %s stabilizing generation %d with %d members, protocol %s",
@@ -796,9 +642,9 @@ class GroupCoordinator:
         """SyncGroup. Followers park until the leader's assignment is stored; the leader's
         ``assignments`` (member id -> bytes) is ignored from anyone else. ``protocol_type`` and
         ``protocol_name`` (v5+) are checked when not None."""
-        if err := self._group_error(group_id, allow_empty=False):
+        if err := self.group_manager.validate_group_status(group_id, allow_empty=False):
             return SyncResult(err)
-        group = self._groups.get(group_id)
+        group = self.group_manager.get_group(group_id)
         if group is None:
             return SyncResult(UnknownMemberId.error_code)
         if group.is_(_DEAD):
@@ -835,7 +681,7 @@ class GroupCoordinator:
                 member_id,
                 generation_id,
             )
-            stored = self._store_group(group, full)
+            stored = self.group_manager.store_group(group, full)
             self._spawn(self._store_assignment(group, generation_id, full, stored))
         return await future
 
@@ -850,7 +696,7 @@ class GroupCoordinator:
             await stored
             error = 0
         except Exception as exc:
-            error = self._storage_error(exc, commit=False)
+            error = self.group_manager.storage_error(exc, commit=False)
         # a member may have joined meanwhile: only finish the generation we stored
         if group.is_(_COMPLETING) and group.generation_id == generation:
             if error:
@@ -876,11 +722,11 @@ class GroupCoordinator:
         answer is 0, as Kafka's (the group is not known yet)."""
         if not group_id:
             return InvalidGroupId.error_code
-        if self._status is not _Status.ACTIVE:
-            return CoordinatorNotAvailable.error_code if self._status is _Status.STOPPED else 0
-        if not self.owns(group_id):
-            return self._group_error(group_id, allow_empty=False)
-        group = self._groups.get(group_id)
+        if err := self.group_manager.availability_error():
+            return err if err == CoordinatorNotAvailable.error_code else 0
+        if not self.group_manager.owns(group_id):
+            return self.group_manager.validate_group_status(group_id, allow_empty=False)
+        group = self.group_manager.get_group(group_id)
         if group is None:
             return UnknownMemberId.error_code
         if group.is_(_DEAD):
@@ -900,9 +746,9 @@ class GroupCoordinator:
         """LeaveGroup for (member id, group instance id) pairs; an empty member id removes the
         static member by instance id (admin use). Returns (top-level error, per member).
         LeaveGroup v0-v2 carry one member and only the top-level error: use its member error."""
-        if err := self._group_error(group_id, allow_empty=False):
+        if err := self.group_manager.validate_group_status(group_id, allow_empty=False):
             return err, []
-        group = self._groups.get(group_id)
+        group = self.group_manager.get_group(group_id)
         unknown = UnknownMemberId.error_code
         if group is None:
             return 0, [(mid, iid, unknown) for mid, iid in members]
@@ -936,7 +782,7 @@ class GroupCoordinator:
             results.append((member_id, instance_id, 0))
         return 0, results
 
-    # ================================================================== offsets
+    # ================================================================== OffsetCommit
 
     async def commit_offsets(
         self,
@@ -949,269 +795,22 @@ class GroupCoordinator:
         """OffsetCommit: (topic, partition) -> (offset, leader epoch, metadata); returns an error
         code per partition. Generation -1 commits to an Empty or unknown group (created Empty).
         Offsets are stored as given, negative ones too. Answers after the store is durable."""
-        if err := self._group_error(group_id, allow_empty=True):
+        manager = self.group_manager
+        if err := manager.validate_group_status(group_id, allow_empty=True):
             return dict.fromkeys(offsets, err)
-        group = self._groups.get(group_id)
+        group = manager.get_group(group_id)
         if group is None:
             if generation_id >= 0:
                 return dict.fromkeys(offsets, IllegalGeneration.error_code)
-            group = self._new_group(group_id)
-        if err := self._validate_offset_commit(group, generation_id, member_id, group_instance_id):
+            group = manager.add_group(group_id)
+        if err := group.validate_offset_commit(generation_id, member_id, group_instance_id):
             return dict.fromkeys(offsets, err)
         member = group.members.get(member_id)
         if member is not None:
             self._schedule_heartbeat(group, member)
-        now = self._time_ms()
-        results: dict[TopicPartition, int] = {}
-        valid: dict[TopicPartition, CommittedOffset] = {}
-        records: list[Record] = []
-        for tp, (offset, leader_epoch, metadata) in offsets.items():
-            md = metadata or ""
-            if _java_length(md) > self._metadata_max:
-                results[tp] = OffsetMetadataTooLarge.error_code
-                continue
-            valid[tp] = CommittedOffset(offset, leader_epoch, md, now)
-            key = OffsetCommitKey(group_id, tp[0], tp[1]).encode()
-            records.append((key, OffsetCommitValue(offset, leader_epoch, md, now).encode()))
-        if records:
-            try:
-                await self._append(
-                    self.partition_for(group_id), records, lambda: group.offsets.update(valid)
-                )
-                code = 0
-            except Exception as exc:
-                code = self._storage_error(exc, commit=True)
-            results.update(dict.fromkeys(valid, code))
-        return {tp: results[tp] for tp in offsets}
-
-    def _validate_offset_commit(
-        self, group: GroupMetadata, generation_id: int, member_id: str, instance_id: str | None
-    ) -> int:
-        if group.is_(_DEAD):
-            return CoordinatorNotAvailable.error_code
-        if generation_id < 0 and group.is_(_EMPTY):
-            return 0  # admin client or a consumer without group management
-        if generation_id >= 0 or member_id or instance_id is not None:
-            if err := group.validate_member(member_id, instance_id):
-                return err
-            if generation_id != group.generation_id:
-                return IllegalGeneration.error_code
-        elif not group.is_(_EMPTY):
-            return UnknownMemberId.error_code  # only members commit to a live group
-        if group.is_(_COMPLETING):
-            return RebalanceInProgress.error_code
-        return 0
-
-    def fetch_offsets(
-        self, group_id: str, partitions: list[TopicPartition] | None
-    ) -> tuple[int, dict[TopicPartition, tuple[int, int, str]]]:
-        """OffsetFetch: (error, (topic, partition) -> (offset, leader epoch, metadata)).
-        ``None`` asks for every committed partition; unknown ones get (-1, -1, "")."""
-        if err := self._group_error(group_id, allow_empty=True):
-            return err, {}
-        group = self._groups.get(group_id)
-        committed = group.offsets if group is not None and not group.is_(_DEAD) else {}
-        if partitions is None:
-            return 0, {tp: (o.offset, o.leader_epoch, o.metadata) for tp, o in committed.items()}
-        out: dict[TopicPartition, tuple[int, int, str]] = {}
-        for tp in partitions:
-            o = committed.get(tp)
-            out[tp] = (-1, -1, "") if o is None else (o.offset, o.leader_epoch, o.metadata)
-        return 0, out
-
-    # ================================================================== admin
-
-    def list_groups(self, states_filter: Iterable[str] | None = None) -> list[tuple[str, str, str]]:
-        """ListGroups: (group id, protocol type, state); the filter is case-insensitive.
-        Empty while not serving: see :meth:`availability_error` for the error code."""
-        if self._status is not _Status.ACTIVE:
-            return []
-        wanted = {s.lower() for s in states_filter} if states_filter else None
-        return [
-            (g.group_id, g.protocol_type or "", g.state.value)
-            for g in self._groups.values()
-            if not g.is_(_DEAD) and (wanted is None or g.state.value.lower() in wanted)
-        ]
-
-    def describe_group(self, group_id: str) -> GroupDescription:
-        """DescribeGroups for one group; an unknown group is reported as Dead (error 0)."""
-        if err := self._group_error(group_id, allow_empty=True):
-            return GroupDescription(err, group_id, "", "", "", [])
-        group = self._groups.get(group_id)
-        if group is None:
-            return GroupDescription(0, group_id, _DEAD.value, "", "", [])
-        protocol = group.protocol_name if group.is_(_STABLE) else None
-        return GroupDescription(
-            0,
-            group_id,
-            group.state.value,
-            group.protocol_type or "",
-            protocol or "",
-            [
-                (
-                    m.member_id,
-                    m.group_instance_id,
-                    m.client_id,
-                    m.client_host,
-                    m.metadata(protocol) if protocol is not None else b"",
-                    m.assignment if protocol is not None else b"",
-                )
-                for m in group.members.values()
-            ],
-        )
-
-    async def delete_groups(self, group_ids: Iterable[str]) -> dict[str, int]:
-        """DeleteGroups: only Empty groups go (NON_EMPTY_GROUP otherwise, GROUP_ID_NOT_FOUND for
-        unknown ones). Tombstones for the group and each offset are stored before answering."""
-        results: dict[str, int] = {}
-        by_partition: dict[int, list[GroupMetadata]] = defaultdict(list)
-        for group_id in group_ids:
-            if group_id in results:
-                continue
-            if err := self._group_error(group_id, allow_empty=True):
-                results[group_id] = err
-                continue
-            group = self._groups.get(group_id)
-            if group is None or group.is_(_DEAD):
-                results[group_id] = GroupIdNotFound.error_code
-            elif not group.is_(_EMPTY):
-                results[group_id] = NonEmptyGroup.error_code
-            else:
-                group.transition_to(_DEAD)
-                for timer in group.pending_members.values():
-                    if timer is not None:
-                        timer.cancel()
-                group.pending_members.clear()
-                results[group_id] = 0
-                by_partition[self.partition_for(group_id)].append(group)
-
-        async def tombstone(partition: int, groups: list[GroupMetadata]) -> None:
-            records: list[Record] = []
-            for g in groups:
-                records.append((GroupMetadataKey(g.group_id).encode(), None))
-                records.extend(
-                    (OffsetCommitKey(g.group_id, t, p).encode(), None) for t, p in g.offsets
-                )
-            try:
-                await self._append(partition, records)
-            except Exception as exc:
-                code = self._storage_error(exc, commit=False)
-                results.update((g.group_id, code) for g in groups)
-            for g in groups:
-                if self._groups.get(g.group_id) is g:
-                    del self._groups[g.group_id]
-
-        await asyncio.gather(*(tombstone(p, gs) for p, gs in by_partition.items()))
-        return results
-
-    # ================================================================== persistence
-
-    def _load_partition(self, partition: int) -> None:
-        offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
-        metadata: dict[str, GroupMetadataValue] = {}
-        seen: dict[str, None] = {}  # group ids in first-seen order
-        for key_bytes, value_bytes in self._store.replay(partition):
-            try:
-                key = decode_key(key_bytes)
-                if isinstance(key, OffsetCommitKey):
-                    seen.setdefault(key.group)
-                    group_offsets = offsets.setdefault(key.group, {})
-                    tp = (key.topic, key.partition)
-                    if value_bytes is None:
-                        group_offsets.pop(tp, None)
-                    else:
-                        v = OffsetCommitValue.decode(value_bytes)
-                        group_offsets[tp] = CommittedOffset(
-                            v.offset, v.leader_epoch, v.metadata, v.commit_timestamp
-                        )
-                elif isinstance(key, GroupMetadataKey):
-                    seen.setdefault(key.group)
-                    if value_bytes is None:
-                        metadata.pop(key.group, None)
-                    else:
-                        metadata[key.group] = GroupMetadataValue.decode(value_bytes)
-            except LocalProtocolError as exc:
-                log.warning("__consumer_offsets-%d: skipping bad record: %s", partition, exc)
-        for group_id in seen:
-            value = metadata.get(group_id)
-            group_offsets = offsets.get(group_id, {})
-            if value is None and not group_offsets:
-                continue  # deleted
-            if value is not None:
-                group = GroupMetadata.load(group_id, value, self._time_ms)
-            else:
-                group = GroupMetadata(group_id, self._time_ms)
-            group.offsets = group_offsets
-            self._groups[group_id] = group
-            for member in group.members.values():
-                self._schedule_heartbeat(group, member)
-
-    def _store_group(
-        self, group: GroupMetadata, assignment: dict[str, bytes]
-    ) -> asyncio.Future[None]:
-        """Persist the group's current generation: the record is built now, from the state at
-        call time (not when the append gets its turn)."""
-        key = GroupMetadataKey(group.group_id).encode()
-        value = group.to_record(assignment).encode()
-        return self._append(self.partition_for(group.group_id), [(key, value)])
-
-    async def _store_group_logged(self, group: GroupMetadata) -> None:
-        stored = self._store_group(group, {})
-        try:
-            await stored
-        except Exception as exc:
-            # Safe to ignore: an empty generation has no members that could be confused.
-            log.warning("group %s: failed to store empty generation: %r", group.group_id, exc)
-
-    def _append(
-        self, partition: int, records: list[Record], apply: Callable[[], None] | None = None
-    ) -> asyncio.Future[None]:
-        """Append under the partition's lock and run ``apply`` right after, in log order.
-        The append is queued now (appends of a partition happen in call order); awaiting the
-        result is shielded: a cancelled request does not cancel a half-done append."""
-        return asyncio.shield(self._spawn(self._append_locked(partition, records, apply)))
-
-    async def _append_locked(
-        self, partition: int, records: list[Record], apply: Callable[[], None] | None
-    ) -> None:
-        lock = self._locks.get(partition)
-        if lock is None:
-            lock = self._locks[partition] = asyncio.Lock()
-        async with lock:
-            await self._store.append(partition, records)
-            if apply is not None:
-                apply()
-
-    def _storage_error(self, exc: BaseException, *, commit: bool) -> int:
-        log.warning("__consumer_offsets append failed: %r", exc)
-        if isinstance(exc, MessageTooLarge | RecordListTooLarge):
-            return InvalidCommitOffsetSize.error_code if commit else UnknownServerError.error_code
-        if isinstance(exc, NotLeaderOrFollower):
-            return NotCoordinator.error_code
-        return CoordinatorNotAvailable.error_code
+        return await manager.store_offsets(group, offsets)
 
     # ================================================================== helpers
-
-    def _group_error(self, group_id: str, *, allow_empty: bool) -> int:
-        """Kafka's order: INVALID_GROUP_ID, COORDINATOR_NOT_AVAILABLE, then (in a cluster)
-        COORDINATOR_LOAD_IN_PROGRESS while its partition loads, NOT_COORDINATOR when another
-        broker leads it."""
-        if not group_id and not allow_empty:
-            return InvalidGroupId.error_code
-        if err := self.availability_error():
-            return err
-        if self._owned is not None:
-            partition = self.partition_for(group_id)
-            if partition in self._loading:
-                return CoordinatorLoadInProgress.error_code
-            if partition not in self._owned:
-                return NotCoordinator.error_code
-        return 0
-
-    def _new_group(self, group_id: str) -> GroupMetadata:
-        group = GroupMetadata(group_id, self._time_ms)
-        self._groups[group_id] = group
-        return group
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:

@@ -1,0 +1,148 @@
+"""Reads of remote data for Fetch (Kafka's ``DelayedRemoteFetch``), on behalf of the replica
+manager (:mod:`tierlog.server.replica_manager`).
+
+A fetch offset in [log start offset, local log start offset) of a partition with remote storage
+is read from remote storage by the RemoteLogManager. Every such partition of a request is read
+at once, on the manager's ``remote.log.reader.threads`` pool, and the response waits for them
+up to ``remote.fetch.max.wait.ms`` (Kafka <= 4.1 served only the first one per request). Each
+gets ``min(partition max bytes, what is left of the request's max bytes)`` and
+``min_one_message`` only while the response holds no data yet, as a local read. Outcome per
+partition, the others unaffected: data; OFFSET_OUT_OF_RANGE (1) when no remote segment holds
+the offset; KAFKA_STORAGE_ERROR (56, retriable) when remote storage fails or returns corrupt
+data; empty records and no error when the read is not done by the deadline (Kafka's
+DelayedRemoteFetch expiry: the client simply fetches again) or when
+``remote.log.manager.fetch.max.bytes.per.second`` is exceeded. Consumers never get
+OFFSET_MOVED_TO_TIERED_STORAGE (109); followers (replica id >= 0) do, as in Kafka. After each
+remote read the range a sequential consumer asks for next is read ahead
+(:mod:`tierlog.server.remote_read_ahead`).
+
+Runs on the event loop thread only (not thread-safe).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from tierlog.errors import (
+    KafkaStorageError,
+    OffsetMovedToTieredStorage,
+    OffsetOutOfRange,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+)
+from tierlog.server.remote_read_ahead import RemoteReadAhead
+
+if TYPE_CHECKING:
+    from tierlog.cluster.partition import Partition
+    from tierlog.server.replica_manager import FetchPartitionResult
+    from tierlog.tiered.remote_log_manager import RemoteLogManager
+    from tierlog.tiered.remote_log_reader import RemoteStorageFetchInfo
+
+__all__ = ["DelayedRemoteFetch"]
+
+log = logging.getLogger(__name__)
+
+
+class DelayedRemoteFetch:
+    """The remote reads of fetches, with the read-ahead of sequential consumers."""
+
+    def __init__(self, rlm: RemoteLogManager) -> None:
+        self.rlm = rlm
+        self.read_ahead = RemoteReadAhead(rlm)
+
+    def plan(
+        self,
+        p: Partition,
+        result: FetchPartitionResult,
+        fetch_offset: int,
+        max_bytes: int,
+        min_one_message: bool,
+        replica_id: int,
+    ) -> bool:
+        """When ``fetch_offset`` is only in remote storage, prepare ``result`` for a remote
+        read (or answer a follower with 109); True then."""
+        rlm = self.rlm
+        lg = p.log
+        if p.topic_id is None or not rlm.needs_remote_read(lg, fetch_offset):
+            return False
+        result.records = b""
+        if replica_id >= 0:
+            result.error_code = OffsetMovedToTieredStorage.error_code
+            return True
+        from tierlog.tiered.remote_log_reader import RemoteStorageFetchInfo
+        from tierlog.tiered.remote_log_segment_metadata import TopicIdPartition
+
+        result.remote = RemoteStorageFetchInfo(
+            TopicIdPartition(p.topic_id, p.topic, p.index),
+            fetch_offset,
+            max_bytes,
+            min_one_message,
+        )
+        return True
+
+    async def read(self, results: list[FetchPartitionResult]) -> int:
+        """Fill in every result that waits for a remote read: all at once, within
+        ``remote.fetch.max.wait.ms`` (see the module docstring for the outcomes). Returns
+        how many were skipped because the remote fetch quota is exceeded."""
+        rlm = self.rlm
+        pending = [r for r in results if r.remote is not None]
+        throttled = 0
+        if not pending:
+            return throttled
+        read_ahead = self.read_ahead
+        futures: dict[asyncio.Future[Any], tuple[FetchPartitionResult, RemoteStorageFetchInfo]] = {}
+        for r in pending:
+            fi, r.remote = r.remote, None
+            assert fi is not None
+            if rlm.is_remote_fetch_quota_exceeded():
+                throttled += 1  # empty records, no error; the client comes back later
+                continue
+            future = read_ahead.take(fi)
+            try:
+                if future is None:
+                    future = rlm.read_async(fi)
+            except RemoteStorageError as e:  # too many reads pending, or shutting down
+                log.warning("remote read of %s at %d refused: %s",
+                            fi.topic_id_partition, fi.fetch_offset, e)  # fmt: skip
+                r.error_code = KafkaStorageError.error_code
+                continue
+            futures[asyncio.wrap_future(future)] = (r, fi)
+        if not futures:
+            return throttled
+        wait_s = rlm.config.remote_fetch_max_wait_ms / 1000
+        done, not_done = await asyncio.wait(futures, timeout=wait_s)
+        for fut in not_done:
+            fut.cancel()  # the read is dropped; the partition answers empty (Kafka's expiry)
+        for fut, (r, fi) in futures.items():  # submission order: deterministic results
+            if fut not in done:
+                continue
+            error = fut.exception()
+            if error is None:
+                info = fut.result()
+                r.records = info.records
+                read_ahead.after(fi, info)  # the consumer's next fetch, read meanwhile
+            elif isinstance(error, OffsetOutOfRange):
+                r.error_code = OffsetOutOfRange.error_code
+            elif isinstance(error, RemoteResourceNotFoundError):
+                log.error("remote read failed, an object is missing from remote storage "
+                          "(`tierlog remote verify` lists them): %s", error)  # fmt: skip
+                r.error_code = KafkaStorageError.error_code
+            elif isinstance(error, RemoteStorageError):
+                log.warning("remote read failed: %s", error)
+                r.error_code = KafkaStorageError.error_code
+            else:
+                log.error("remote read failed", exc_info=error)
+                r.error_code = KafkaStorageError.error_code
+        return throttled
+
+    async def answer(
+        self, results: list[FetchPartitionResult], max_wait_ms: int
+    ) -> list[FetchPartitionResult]:
+        throttled = await self.read(results)
+        if throttled and max_wait_ms > 0 and not any(r.size or r.error_code for r in results):
+            # Only throttled partitions: answer after the long-poll wait, not at once, or
+            # the consumer would spin on empty responses until the quota refills.
+            await asyncio.sleep(min(max_wait_ms, 1000) / 1000)
+        return results
