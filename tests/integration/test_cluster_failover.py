@@ -620,9 +620,11 @@ def _produce_sync_to(
 
 
 def _coordinator(cluster: Cluster, group: str) -> int:
-    """The group's coordinator as a live broker answers FindCoordinator (raw wire: the
-    AdminClient's DescribeConsumerGroups aborts the process inside librdkafka when the
-    coordinator it knew dies)."""
+    """The group's coordinator as a live broker answers FindCoordinator, over the raw wire:
+    librdkafka (confluent-kafka 2.16.1) aborts the whole process when an AdminClient
+    DescribeConsumerGroups times out against a coordinator that died ("rd_kafka_queue.h:
+    rd_kafka_enq_once_del_source_return: Assertion `eonce->refcnt > 0' failed",
+    reproduced outside the suite with two calls after the kill)."""
     return int(_wire_call(cluster, wire.request_class(10, 1)(key=group, key_type=0)).node_id)
 
 
