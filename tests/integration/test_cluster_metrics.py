@@ -60,14 +60,24 @@ def test_controller_and_replica_gauges_follow_the_cluster(cluster: Cluster) -> N
     c.create_topic("replicated", 3, 3)
     c.create_topic("single", 3, 1)  # one partition on each broker
     wait_for("one active controller", lambda: _sum(c, CONTROLLER + "ActiveControllerCount") == 1)
-    led, under, offline = _expected(c)
-    assert (under, offline) == (0, 0)
-    assert _sum(c, REPLICA_MANAGER + "LeaderCount") == led
-    assert _sum(c, REPLICA_MANAGER + "UnderReplicatedPartitions") == 0
-    assert _sum(c, CONTROLLER + "OfflinePartitionsCount") == 0
+
+    # A broker learns a new partition's assignment a moment before its state (the
+    # controller writes it next): wait for the settled cluster, then compare the gauges.
+    def settled_at_start() -> bool:
+        led, under, offline = _expected(c)
+        return (under, offline) == (0, 0) and (
+            _sum(c, REPLICA_MANAGER + "LeaderCount"),
+            _sum(c, REPLICA_MANAGER + "UnderReplicatedPartitions"),
+            _sum(c, CONTROLLER + "OfflinePartitionsCount"),
+        ) == (led, 0, 0)
+
+    wait_for("no offline or under-replicated partition, gauges agreeing", settled_at_start, 30)
     # Each broker hosts a replica of every "replicated" partition and one "single" partition.
-    for b in c:
-        assert value(scrape(b), REPLICA_MANAGER + "PartitionCount") >= 3 + 1
+    wait_for(
+        "every broker hosting its replicas",
+        lambda: all(value(scrape(b), REPLICA_MANAGER + "PartitionCount") >= 3 + 1 for b in c),
+        30,
+    )
 
     victim = c.brokers[3]
     gone = sum(1 for p in c.partitions("single").values() if p.replicas == [3])
