@@ -190,3 +190,9 @@ def as_tuple(seq: Sequence[Any] | None) -> tuple[Any, ...]:
 
 def topic_uuid(value: uuid.UUID | None) -> uuid.UUID:
     return value if value is not None else uuid_zero
+
+
+def request_timeout_ms(req: Any) -> int:
+    """A request's ``timeout`` field in milliseconds (kio gives a timedelta; 30 s without one)."""
+    t = getattr(req, "timeout", 30_000)
+    return t if isinstance(t, int) else int(t.total_seconds() * 1000)

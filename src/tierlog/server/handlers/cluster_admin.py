@@ -32,7 +32,7 @@ from tierlog.security.acl_checks import (
     require_topic,
 )
 from tierlog.security.authorizer import AclOperation
-from tierlog.server.handlers._build import build
+from tierlog.server.handlers._build import build, request_timeout_ms
 from tierlog.server.kafka_apis import response_class
 from tierlog.server.replica_manager import INTERNAL_TOPICS
 
@@ -49,11 +49,6 @@ ALTER_PARTITION_REASSIGNMENTS = 45
 LIST_PARTITION_REASSIGNMENTS = 46
 ELECTION_NOT_NEEDED = 84
 TOPIC_DELETION_DISABLED = 73
-
-
-def _timeout_ms(req: Any) -> int:
-    t = getattr(req, "timeout", 30_000)
-    return t if isinstance(t, int) else int(t.total_seconds() * 1000)
 
 
 def _error(res: dict[str, Any], e: Exception) -> None:
@@ -104,7 +99,7 @@ def create_topics_in_cluster(apis: KafkaApis, ev: Request) -> Any:
 
     async def respond() -> Any:
         created = await admin.create_topics(
-            [t for _, t in todo], validate_only=validate_only, timeout_ms=_timeout_ms(req)
+            [t for _, t in todo], validate_only=validate_only, timeout_ms=request_timeout_ms(req)
         )
         for (res, _topic), a in zip(todo, created, strict=True):
             if isinstance(a, ApiError):
@@ -189,7 +184,7 @@ def create_partitions_in_cluster(apis: KafkaApis, ev: Request) -> Any:
                     t.count,
                     assignment,
                     validate_only=validate_only,
-                    timeout_ms=_timeout_ms(req),
+                    timeout_ms=request_timeout_ms(req),
                 )
             except ApiError as e:
                 _error(res, e)
@@ -255,7 +250,7 @@ def handle_elect_leaders(apis: KafkaApis, ev: Request) -> Any:
     admin = apis.admin
 
     async def respond() -> Any:
-        return response(await admin.elect_preferred_leaders(wanted, _timeout_ms(req)))
+        return response(await admin.elect_preferred_leaders(wanted, request_timeout_ms(req)))
 
     return respond()
 

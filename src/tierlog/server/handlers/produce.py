@@ -25,7 +25,7 @@ from tierlog.errors import (
 )
 from tierlog.security.acl_checks import topic_error, transactional_id_error
 from tierlog.security.authorizer import AclOperation
-from tierlog.server.handlers._build import build
+from tierlog.server.handlers._build import build, request_timeout_ms
 from tierlog.server.kafka_apis import CloseConnection, response_class
 from tierlog.server.replica_manager import ProducePartitionResult, ReplicaManager
 
@@ -52,7 +52,7 @@ def handle_produce(apis: KafkaApis, ev: Request) -> Any:
             InvalidRequest.error_code,
             error_message="transactions are not supported by this broker",
         )
-    timeout_ms = _timeout_ms(req)
+    timeout_ms = request_timeout_ms(req)
     # Partitions whose appends may fsync (flush.messages set) are appended in a thread;
     # acks=-1 partitions wait for their ISR.
     pending: list[tuple[dict[str, Any], Awaitable[ProducePartitionResult]]] = []
@@ -138,11 +138,6 @@ def node_endpoints(apis: KafkaApis, ids: set[int]) -> list[dict[str, Any]]:
         if e is not None:
             out.append({"node_id": e.node_id, "host": e.host, "port": e.port, "rack": e.rack})
     return out
-
-
-def _timeout_ms(req: Any) -> int:
-    t = getattr(req, "timeout", 30_000)
-    return t if isinstance(t, int) else int(t.total_seconds() * 1000)
 
 
 async def _acked(
