@@ -20,6 +20,12 @@ What comes back, per partition:
   ``replica.fetch.backoff.ms`` (the metadata will move it to the right leader);
 * OFFSET_OUT_OF_RANGE: below the leader's log start: start the log over at the leader's log
   start; above its end: truncate to the leader's high watermark.
+* OFFSET_MOVED_TO_TIERED_STORAGE (tiered topics): the fetch offset is below the leader's
+  local log. The fetcher asks the leader's earliest local offset (ListOffsets -4) and hands
+  the partition to the tier state machine (tiered storage's
+  ``tier_state_machine.build_remote_log_aux_state``, given by the broker), which rebuilds the
+  log from remote metadata; fetching resumes where it says. A follower never fetches tiered
+  data.
 
 A failed connection or request backs every partition of the fetcher off and reconnects.
 """
@@ -31,7 +37,7 @@ import logging
 import struct
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -50,6 +56,7 @@ __all__ = [
     "FetcherConfig",
     "ReplicaFetcher",
     "ReplicaFetcherManager",
+    "TierStateMachine",
     "truncation_offset",
     "whole_batches",
 ]
@@ -64,6 +71,12 @@ _OFFSET_OUT_OF_RANGE = 1
 _NOT_LEADER_OR_FOLLOWER = 6
 _FENCED_LEADER_EPOCH = 74
 _UNKNOWN_LEADER_EPOCH = 75
+_OFFSET_MOVED_TO_TIERED_STORAGE = 109
+_EARLIEST_LOCAL_TIMESTAMP = -4
+
+#: Rebuilds a follower's log from remote storage: (partition, the leader's local log start
+#: offset, the leader's log start offset); returns once the log is ready to fetch again.
+TierStateMachine = Callable[["Partition", int, int], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,8 +144,11 @@ class ReplicaFetcher:
         address: Callable[[int], tuple[str, int] | None],
         client_factory: Callable[[], BrokerClient],
         on_fetched: Callable[[Partition], None],
+        tier_state_machine: TierStateMachine | None = None,
     ) -> None:
         self.leader_id = leader_id
+        self._tier_state_machine = tier_state_machine
+        self._tier_tasks: set[asyncio.Task[None]] = set()
         self.fetcher_id = fetcher_id
         self._config = config
         self._address = address
@@ -151,6 +167,8 @@ class ReplicaFetcher:
         self._task = asyncio.create_task(self._run(), name=repr(self))
 
     async def stop(self) -> None:
+        for t in list(self._tier_tasks):
+            t.cancel()
         if self._task is not None:
             self._task.cancel()
             try:
@@ -328,9 +346,78 @@ class ReplicaFetcher:
                 lg.truncate_to(max(hw, 0))
         elif code in (_FENCED_LEADER_EPOCH, _UNKNOWN_LEADER_EPOCH, _NOT_LEADER_OR_FOLLOWER):
             self._delay([p], self._config.backoff_ms / 1000)
+        elif code == _OFFSET_MOVED_TO_TIERED_STORAGE:
+            self._start_tier_state_machine(p, int(pd.log_start_offset))
         else:
             log.warning("follower %s: fetch error %d", p, code)
             self._delay([p], self._config.backoff_ms / 1000)
+
+    # ----------------------------------------------------------------- tiered storage
+
+    def _start_tier_state_machine(self, p: Partition, leader_log_start: int) -> None:
+        """Take ``p`` out of the fetches until its log is rebuilt from remote storage."""
+        if self._tier_state_machine is None:
+            log.error(
+                "follower %s: the leader moved offset %d to tiered storage, and tiered storage "
+                "is off on this broker (remote.log.storage.system.enable)",
+                p, p.log.log_end_offset,
+            )  # fmt: skip
+            self._delay([p], self._config.backoff_ms / 1000)
+            return
+        self._delayed_until[(p.topic, p.index)] = float("inf")
+        task = asyncio.create_task(self._build_remote_log_aux_state(p, leader_log_start))
+        self._tier_tasks.add(task)
+        task.add_done_callback(self._tier_tasks.discard)
+
+    async def _build_remote_log_aux_state(self, p: Partition, leader_log_start: int) -> None:
+        from kio.schema.list_offsets.v8.request import (
+            ListOffsetsPartition,
+            ListOffsetsRequest,
+            ListOffsetsTopic,
+        )
+
+        assert self._tier_state_machine is not None
+        key = (p.topic, p.index)
+        backoff = self._config.backoff_ms / 1000
+        try:
+            client = await self._connect()
+            request = ListOffsetsRequest(
+                replica_id=BrokerId(self._config.broker_id),
+                isolation_level=i8(0),
+                topics=(
+                    ListOffsetsTopic(
+                        name=TopicName(p.topic),
+                        partitions=(
+                            ListOffsetsPartition(
+                                partition_index=i32(p.index),
+                                current_leader_epoch=i32(p.leader_epoch),
+                                timestamp=i64(_EARLIEST_LOCAL_TIMESTAMP),
+                            ),
+                        ),
+                    ),
+                ),
+            )
+            response = await client.request(
+                request, timeout_s=self._config.request_timeout_ms / 1000
+            )
+            part = response.topics[0].partitions[0]
+            code = int(getattr(part.error_code, "value", part.error_code))
+            if code:
+                raise ApiError(f"ListOffsets(earliest local) of {p} from the leader: error {code}")
+            if self.partitions.get(key) is not p or p.leader_id != self.leader_id:
+                return  # moved meanwhile
+            await self._tier_state_machine(p, int(part.offset), leader_log_start)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # remote storage or the metadata not there yet; the leader gone
+            log.warning("follower %s: cannot rebuild its log from remote storage yet: %s", p, e)
+            if key in self.partitions:
+                self._delay([p], backoff)
+            self._changed.set()
+            return
+        if key in self.partitions:
+            self._delayed_until.pop(key, None)
+        self._changed.set()
 
 
 class ReplicaFetcherManager:
@@ -348,6 +435,8 @@ class ReplicaFetcherManager:
         self._address = address
         self._client_factory = client_factory
         self._on_fetched = on_fetched
+        #: Set by the broker when tiered storage is on (before any partition is added).
+        self.tier_state_machine: TierStateMachine | None = None
         self._fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self._stopping: set[asyncio.Future[None]] = set()
         self._where: dict[tuple[str, int], tuple[int, int]] = {}
@@ -366,7 +455,7 @@ class ReplicaFetcherManager:
         if fetcher is None:
             fetcher = ReplicaFetcher(
                 key[0], key[1], self._config, self._address, self._client_factory,
-                self._on_fetched,
+                self._on_fetched, self.tier_state_machine,
             )  # fmt: skip
             self._fetchers[key] = fetcher
             fetcher.start()

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tierlog.cluster.cluster_link import PartitionChange
-from tierlog.cluster.metadata_cache import MetadataCache
+from tierlog.cluster.metadata_cache import MetadataCache, TopicMetadata
 from tierlog.cluster.replica_fetcher import FetcherConfig, ReplicaFetcherManager
 from tierlog.cluster.zk_data import (
     BROKER_IDS_PATH,
@@ -85,6 +85,7 @@ class ZkBroker:
         self._loop = loop
         self._replica_manager: Any = None
         self._on_partition_change: list[Callable[[PartitionChange, Partition | None], None]] = []
+        self._on_topic_change: list[Callable[[TopicMetadata, bool], None]] = []
         self.fetchers = ReplicaFetcherManager(
             fetcher_config, self.broker_address, client_factory, self._fetched
         )
@@ -108,6 +109,18 @@ class ZkBroker:
         """Call ``cb`` (on the loop) after each applied partition state (coordinators
         follow leadership of their topics' partitions)."""
         self._on_partition_change.append(cb)
+
+    def on_topic_change(self, cb: Callable[[TopicMetadata, bool], None]) -> None:
+        """Call ``cb(topic, deleted)`` (on the loop) after a topic's configs changed
+        (``deleted`` False) or after it was deleted (True; its replicas here are gone)."""
+        self._on_topic_change.append(cb)
+
+    def _notify_topic(self, t: TopicMetadata, deleted: bool) -> None:
+        for cb in self._on_topic_change:
+            try:
+                cb(t, deleted)
+            except Exception:
+                log.exception("topic change listener failed for %s", t.name)
 
     async def start(self) -> None:
         """Register this broker and start the watches; returns once the metadata of every
@@ -346,6 +359,10 @@ class ZkBroker:
             log.info("topic %s configs now %s", name, configs)
         except Exception as e:
             log.error("cannot apply the configs of topic %s: %s", name, e)
+            return
+        t = self.metadata.topic(name)
+        if t is not None:
+            self._notify_topic(t, False)
 
     def _watch_state(self, name: str, partition: int) -> None:
         def state_changed(data: bytes | None, version: int | None) -> None:
@@ -435,6 +452,8 @@ class ZkBroker:
             for p in t.partitions:
                 if rm.get_partition(name, p) is not None:
                     rm.stop_replica(name, p, delete=True)
+        if t is not None:
+            self._notify_topic(t, True)
         log.info("topic %s deleted", name)
 
     # ----------------------------------------------------------------- ClusterLink

@@ -30,7 +30,7 @@ from tierlog.errors import (
     OffsetOutOfRange,
     RecordListTooLarge,
 )
-from tierlog.log.checkpoint_file import LeaderEpochCheckpointFile
+from tierlog.log.checkpoint_file import EpochEntry, LeaderEpochCheckpointFile
 from tierlog.log.leader_epoch_file_cache import LeaderEpochFileCache
 from tierlog.log.local_log import LocalLog, LogOffsetMetadata
 from tierlog.log.log_config import LogConfig
@@ -53,7 +53,7 @@ from tierlog.log.log_validator import (
     validate_keys,
 )
 from tierlog.log.partition_metadata_file import PartitionMetadataFile
-from tierlog.log.producer_state_manager import ProducerStateManager
+from tierlog.log.producer_state_manager import ProducerStateManager, decode_snapshot
 from tierlog.log.time_index import TimestampOffset
 from tierlog.records.record_batch import (
     LOG_OVERHEAD,
@@ -916,6 +916,41 @@ class UnifiedLog(LocalLog):
             raise ValueError(f"cannot start {self} at a negative offset {new_offset}")
         with self._lock:
             self._truncate_fully_and_start_at(new_offset)
+
+    def restore_remote_log_aux_state(
+        self,
+        next_offset: int,
+        leader_log_start_offset: int,
+        epochs: list[EpochEntry],
+        producer_snapshot: bytes | None,
+    ) -> None:
+        """A follower whose fetch offset is below its leader's local log (Kafka's
+        ``ReplicaFetcherTierStateMachine.buildRemoteLogAuxState``): start empty at
+        ``next_offset`` (one past the remote segment that holds the offset before the leader's
+        local log start), with the leader's log start offset (the remote part is the
+        partition's), and the leader epochs and producer state that remote segment carried,
+        so the follower can lead later: truncate by epoch, answer idempotent retries.
+
+        Raises:
+            CorruptSnapshotError: the producer snapshot is malformed (nothing changed then).
+            OSError: the checkpoint or snapshot could not be written.
+        """
+        producers = (
+            decode_snapshot(producer_snapshot, f"remote producer snapshot of {self}")
+            if producer_snapshot is not None
+            else []
+        )
+        with self._lock:
+            self._truncate_fully_and_start_at(next_offset)
+            self.leader_epoch_cache.assign_entries(
+                [e for e in epochs if e.start_offset < next_offset]
+            )
+            self._latest_epoch = self.leader_epoch_cache.latest_epoch
+            for entry in producers:
+                self.producer_state_manager.load_producer_entry(entry)
+            self.producer_state_manager.take_snapshot(next_offset)
+            self._log_start_offset = min(max(leader_log_start_offset, 0), next_offset)
+            self.update_highest_offset_in_remote_storage(next_offset - 1)
 
     def _new_segment(self, base_offset: int) -> LogSegment:
         """Create the segment starting at ``base_offset`` (preallocated when the topic says

@@ -28,7 +28,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from tierlog.coordinator.group.group_coordinator import GroupCoordinator
-from tierlog.errors import ConfigError, TierlogError
+from tierlog.errors import TierlogError
 from tierlog.log.cleaner_metrics import register_cleaner_metrics
 from tierlog.log.file_handle_cache import file_handle_cache
 from tierlog.log.log_manager import LogManager
@@ -43,7 +43,10 @@ from tierlog.server.kafka_config import KafkaConfig
 from tierlog.server.network import SocketServer
 from tierlog.server.offset_store import OffsetStore, ensure_offsets_topic
 from tierlog.server.producer_id_manager import ProducerIdManager
-from tierlog.server.remote_log_metadata_publisher import REMOTE_LOG_METADATA_TOPIC_NAME
+from tierlog.server.remote_log_metadata_publisher import (
+    REMOTE_LOG_METADATA_TOPIC_NAME,
+    remote_log_metadata_topic_configs,
+)
 from tierlog.server.replica_manager import GROUP_METADATA_TOPIC_NAME, ReplicaManager
 from tierlog.server.tiered_storage import TieredStorage
 
@@ -51,9 +54,11 @@ if TYPE_CHECKING:
     from tierlog.cluster.cluster_link import PartitionChange
     from tierlog.cluster.controller import KafkaController
     from tierlog.cluster.kafka_zk_client import KafkaZkClient
+    from tierlog.cluster.metadata_cache import TopicMetadata
     from tierlog.cluster.partition import Partition
     from tierlog.cluster.zk_broker import ZkBroker
     from tierlog.security.acl_checks import BrokerAuthorizer
+    from tierlog.server.cluster_metadata_publisher import ClusterMetadataPublisher
 
 __all__ = ["Broker", "main", "run"]
 
@@ -74,6 +79,10 @@ class Broker:
         #: The ``/metrics`` endpoint (None without ``metrics.port``).
         self.metrics: BrokerMetrics | None = None
         self._tiered_task: asyncio.Task[None] | None = None
+        #: Tiered storage in a cluster: the replicated metadata topic's client and its
+        #: creation (retried until enough brokers are alive).
+        self.metadata_publisher: ClusterMetadataPublisher | None = None
+        self._metadata_topic_task: asyncio.Task[None] | None = None
         #: The cluster (None without zookeeper.connect: a single node).
         self.zk: KafkaZkClient | None = None
         self.zk_broker: ZkBroker | None = None
@@ -137,7 +146,13 @@ class Broker:
                 metrics_registry=self.metrics.registry if self.metrics is not None else None,
             )
             self.tiered = tiered
-            await asyncio.to_thread(tiered.start)
+            if zk_broker is None:
+                await asyncio.to_thread(tiered.start)
+            else:
+                await asyncio.to_thread(tiered.start, *await self._cluster_metadata_publisher())
+                zk_broker.fetchers.tier_state_machine = functools.partial(
+                    _rebuild_from_remote_storage, tiered
+                )
         rm = ReplicaManager(
             lm,
             remote_log_manager=tiered.rlm if tiered is not None else None,
@@ -305,12 +320,6 @@ class Broker:
 
         c = self.config
         assert c.zookeeper_connect is not None
-        if c.remote_log_storage_system_enable:
-            raise ConfigError(
-                "remote.log.storage.system.enable",
-                "tiered storage in a ZooKeeper cluster is not supported yet; "
-                "run it on a single node (without zookeeper.connect)",
-            )
         zk = KafkaZkClient(
             c.zookeeper_connect,
             session_timeout_ms=c.zookeeper_session_timeout_ms,
@@ -353,6 +362,71 @@ class Broker:
         self.zk_broker = zk_broker
         return zk_broker
 
+    async def _cluster_metadata_publisher(self) -> tuple[ClusterMetadataPublisher, int]:
+        """Tiered storage in a cluster reaches the replicated ``__remote_log_metadata``
+        through its leaders; its partition count is the topic's when it exists."""
+        from tierlog.cluster.broker_client import BrokerClient
+        from tierlog.server.cluster_metadata_publisher import ClusterMetadataPublisher
+
+        zk, zk_broker = self.zk, self.zk_broker
+        assert zk is not None and zk_broker is not None
+        node = self.config.node_id
+        md = zk_broker.metadata
+
+        def leader_of(partition: int) -> int:
+            found = md.leader(REMOTE_LOG_METADATA_TOPIC_NAME, partition)
+            return -1 if found is None else found[0]
+
+        self.metadata_publisher = ClusterMetadataPublisher(
+            leader_of,
+            zk_broker.broker_address,
+            lambda: BrokerClient(f"tierlog-broker-{node}-rlmm"),
+            asyncio.get_running_loop(),
+        )
+        existing = await asyncio.to_thread(
+            zk.get_topic_assignments, [REMOTE_LOG_METADATA_TOPIC_NAME]
+        )
+        a = existing.get(REMOTE_LOG_METADATA_TOPIC_NAME)
+        num = self.config.remote_log_metadata_topic_num_partitions
+        if a is not None:
+            num = len(a.partitions)
+        return self.metadata_publisher, num
+
+    def _tiered_follows(self, tiered: TieredStorage, zk_broker: ZkBroker) -> None:
+        """Tiered storage takes the roles the controller gives this broker (leaders copy and
+        expire, followers track the highest remote offset), and drops deleted topics."""
+        from tierlog.tiered.remote_log_segment_metadata import TopicIdPartition
+
+        def role(change: PartitionChange, p: Partition | None) -> None:
+            if change.topic_id is None:
+                return
+            tiered_topic = (
+                p.log.remote_log_enabled
+                if p is not None
+                else change.configs.get("remote.storage.enable", "").lower() == "true"
+            )
+            if tiered_topic:
+                tp = TopicIdPartition(change.topic_id, change.topic, change.partition)
+                tiered.partition_changed(tp, None if p is None else p.is_leader)
+
+        def topic(t: TopicMetadata, deleted: bool) -> None:
+            if t.topic_id is None:
+                return
+            if deleted:
+                tiered.topic_deleted_in_cluster(
+                    t.name, t.topic_id, len(t.partitions), controller=self._controller_active()
+                )
+                return
+            rm = self.replica_manager
+            for index in t.partitions:
+                p = rm.get_partition(t.name, index) if rm is not None else None
+                if p is not None and p.log.remote_log_enabled:
+                    tp = TopicIdPartition(t.topic_id, t.name, index)
+                    tiered.partition_changed(tp, p.is_leader)
+
+        zk_broker.on_partition_change(role)
+        zk_broker.on_topic_change(topic)
+
     async def _join_cluster(
         self, zk_broker: ZkBroker, rm: ReplicaManager, gc: GroupCoordinator
     ) -> None:
@@ -385,7 +459,24 @@ class Broker:
                 gc.on_resignation(change.partition)
 
         zk_broker.on_partition_change(coordinator_follows)
+        if self.tiered is not None:
+            self._tiered_follows(self.tiered, zk_broker)
         await zk_broker.start()
+        if self.tiered is not None and self.apis is not None and self.apis.admin is not None:
+            from tierlog.server.cluster_metadata_publisher import (
+                create_metadata_topic_when_possible,
+            )
+
+            self._metadata_topic_task = asyncio.create_task(
+                create_metadata_topic_when_possible(
+                    self.apis.admin,
+                    zk_broker.metadata,
+                    self.tiered.rlmm.num_metadata_partitions,
+                    c.remote_log_metadata_topic_replication_factor,
+                    remote_log_metadata_topic_configs(),
+                ),
+                name="remote-log-metadata-topic",
+            )
         await asyncio.to_thread(self._delete_topics_gone_from_cluster, zk_broker)
         controller = KafkaController(
             self.zk,
@@ -482,7 +573,10 @@ class Broker:
                 await asyncio.to_thread(self.tiered.close)
             except Exception:
                 log.exception("tiered storage stop failed")
-        for task in (self._isr_task, self._hw_task):
+        if self.metadata_publisher is not None:
+            # After tiered storage stopped: its threads publish through these connections.
+            await asyncio.to_thread(self.metadata_publisher.close)
+        for task in (self._isr_task, self._hw_task, self._metadata_topic_task):
             if task is not None:
                 task.cancel()
         if self.zk_broker is not None and self.replica_manager is not None:
@@ -500,6 +594,22 @@ class Broker:
             # Last: closing the session removes the registration, which tells the controller.
             await asyncio.to_thread(self.zk.close)
         log.info("tierlog broker stopped cleanly in %.2fs", time.monotonic() - t0)
+
+
+async def _rebuild_from_remote_storage(
+    tiered: TieredStorage, p: Partition, leader_local_log_start: int, leader_log_start: int
+) -> None:
+    """The replica fetchers' tier state machine: a follower below its leader's local log
+    rebuilds its log from remote metadata (in a thread: remote storage blocks)."""
+    from tierlog.tiered.remote_log_segment_metadata import TopicIdPartition
+    from tierlog.tiered.tier_state_machine import build_remote_log_aux_state
+
+    if p.topic_id is None:
+        raise ValueError(f"{p} has no topic id")
+    tp = TopicIdPartition(p.topic_id, p.topic, p.index)
+    await asyncio.to_thread(
+        build_remote_log_aux_state, tiered.rlm, tp, p.log, leader_local_log_start, leader_log_start
+    )
 
 
 def _listener_endpoints(c: KafkaConfig, bound: list[tuple[str, int]]) -> dict[str, BrokerEndpoint]:

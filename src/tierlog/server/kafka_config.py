@@ -322,6 +322,9 @@ _BROKER_ONLY: tuple[BrokerConfigDef, ...] = (
        "Quota on bytes read from remote storage per second."),
     _d("remote.log.metadata.topic.num.partitions", "int", 50, _min(1),
        "Partitions of __remote_log_metadata (also read as rlmm.config.<this key>, as Kafka)."),
+    _d("remote.log.metadata.topic.replication.factor", "short", 3, _min(1),
+       "Replicas of __remote_log_metadata in a cluster (created once that many brokers are "
+       "alive; also read as rlmm.config.<this key>, as Kafka)."),
     _d("remote.log.manager.task.retry.backoff.ms", "long", 500, _min(1),
        "First backoff of a failed remote copy task; doubles on each further failure."),
     _d("remote.log.manager.task.retry.backoff.max.ms", "long", 30_000, _min(1),
@@ -623,6 +626,14 @@ class KafkaConfig:
         else:
             d = BROKER_CONFIGS["remote.log.metadata.topic.num.partitions"]
             self.remote_log_metadata_topic_num_partitions = _parse_value(d, rlmm_partitions)
+        rlmm_rf = self.rlmm_config.get("remote.log.metadata.topic.replication.factor")
+        if "remote.log.metadata.topic.replication.factor" in values or rlmm_rf is None:
+            self.remote_log_metadata_topic_replication_factor: int = get(
+                "remote.log.metadata.topic.replication.factor"
+            )
+        else:
+            d = BROKER_CONFIGS["remote.log.metadata.topic.replication.factor"]
+            self.remote_log_metadata_topic_replication_factor = _parse_value(d, rlmm_rf)
         self.remote_log_metadata_custom_metadata_max_bytes: int = get(
             "remote.log.metadata.custom.metadata.max.bytes"
         )

@@ -55,7 +55,10 @@ from tierlog.server.remote_log_metadata_publisher import (
     LogMetadataPublisher,
     ensure_remote_log_metadata_topic,
 )
-from tierlog.tiered.remote_log_metadata_manager import TopicBasedRemoteLogMetadataManager
+from tierlog.tiered.remote_log_metadata_manager import (
+    MetadataPublisher,
+    TopicBasedRemoteLogMetadataManager,
+)
 from tierlog.tiered.remote_log_segment_metadata import TopicIdPartition
 
 if TYPE_CHECKING:
@@ -221,16 +224,34 @@ class TieredStorage:
         #: Called with a metadata partition after an event was appended to it (the broker
         #: wakes fetches parked on it); may be set after :meth:`start`.
         self.on_metadata_append: Any = None
+        #: A cluster member: the metadata topic is replicated, leadership comes from the
+        #: controller (set by :meth:`start`).
+        self.in_cluster = False
+        #: Partition roles waiting to be applied on the admin thread (cluster), latest wins:
+        #: True leader, False follower, None stopped.
+        self._roles: dict[TopicIdPartition, bool | None] = {}
+        self._roles_lock = threading.Lock()
+        self._roles_scheduled = False
         # Built by start():
-        self.publisher: LogMetadataPublisher
+        self.publisher: MetadataPublisher
         self.rsm: PyArrowRemoteStorageManager
         self.rlmm: TopicBasedRemoteLogMetadataManager
         self.rlm: RemoteLogManager
 
     # ------------------------------------------------------------------ startup
 
-    def start(self) -> None:
-        """Build everything and take every tiered partition (blocking: loads metadata).
+    def start(
+        self,
+        publisher: MetadataPublisher | None = None,
+        num_metadata_partitions: int | None = None,
+    ) -> None:
+        """Build everything (blocking: loads metadata).
+
+        On a single node (no ``publisher``) ``__remote_log_metadata`` is a topic of this
+        broker's own logs, created here when missing, and every tiered partition is led here
+        at once. In a cluster ``publisher`` reaches the replicated topic through its leaders
+        (:mod:`~tierlog.server.cluster_metadata_publisher`), and partitions are taken as the
+        controller makes this broker their leader or follower (:meth:`partition_changed`).
 
         Raises:
             ConfigError: a bad ``rsm.config.*``.
@@ -246,12 +267,19 @@ class TieredStorage:
 
         c = self.config
         t0 = time.monotonic()
-        num_metadata = ensure_remote_log_metadata_topic(
-            self.log_manager, c.remote_log_metadata_topic_num_partitions
-        )
+        if publisher is None:
+            num_metadata = ensure_remote_log_metadata_topic(
+                self.log_manager, c.remote_log_metadata_topic_num_partitions
+            )
+            local = LogMetadataPublisher(self.log_manager, on_append=self._metadata_appended)
+            publisher = local
+        else:
+            local = None
+            num_metadata = num_metadata_partitions or c.remote_log_metadata_topic_num_partitions
+            self.in_cluster = True
         rsm_config = default_rsm_config(c.rsm_config)
         self.rsm = PyArrowRemoteStorageManager.from_config(rsm_config)
-        self.publisher = LogMetadataPublisher(self.log_manager, on_append=self._metadata_appended)
+        self.publisher = publisher
         self.rlmm = TopicBasedRemoteLogMetadataManager(
             self.publisher,
             num_metadata_partitions=num_metadata,
@@ -270,20 +298,28 @@ class TieredStorage:
             cleaner_coordination=self._cleaner_manager,
             metrics=RemoteStorageMetrics(self.metrics_registry),
         )
-        tps = self.tiered_partitions()
-        t1 = time.monotonic()
-        self.rlm.on_leadership_change(set(tps), set())
-        self._reconcile_log_start_offsets(tps)
-        log.info(
-            "tiered storage started in %.3fs: remote storage %s, %d tiered partitions ready in "
-            "%.3fs after reading %d records of %s",
-            time.monotonic() - t0,
-            rsm_config["uri"],
-            len(tps),
-            time.monotonic() - t1,
-            self.publisher.records_read,
-            REMOTE_LOG_METADATA_TOPIC_NAME,
-        )
+        if local is None:
+            log.info(
+                "tiered storage started in %.3fs: remote storage %s; partitions are taken as "
+                "this broker leads or follows them",
+                time.monotonic() - t0,
+                rsm_config["uri"],
+            )
+        else:
+            tps = self.tiered_partitions()
+            t1 = time.monotonic()
+            self.rlm.on_leadership_change(set(tps), set())
+            self._reconcile_log_start_offsets(tps)
+            log.info(
+                "tiered storage started in %.3fs: remote storage %s, %d tiered partitions ready "
+                "in %.3fs after reading %d records of %s",
+                time.monotonic() - t0,
+                rsm_config["uri"],
+                len(tps),
+                time.monotonic() - t1,
+                local.records_read,
+                REMOTE_LOG_METADATA_TOPIC_NAME,
+            )
         for deletion in self.pending.entries():
             log.info("resuming the remote deletion of %s (%s)", deletion, deletion.reason)
             self._submit_deletion(deletion)
@@ -364,8 +400,80 @@ class TieredStorage:
 
     def topic_changed(self, name: str) -> Future[Any] | None:
         """A topic was created, grew partitions or turned remote storage on: lead its tiered
-        partitions (idempotent; a no-op for topics without remote storage)."""
+        partitions (idempotent; a no-op for topics without remote storage). In a cluster the
+        roles come from the controller instead (:meth:`partition_changed`)."""
+        if self.in_cluster:
+            return None
         return self._submit(self._lead, name)
+
+    # ------------------------------------------------------------------ cluster roles
+
+    def partition_changed(self, tp: TopicIdPartition, leader: bool | None) -> None:
+        """(Cluster) this broker now leads (True) or follows (False) ``tp``, or no longer
+        hosts it (None). Applied on the admin thread, in order, coalesced (the latest role of
+        each partition wins); a failure (the metadata topic's leader unreachable) is retried
+        by :meth:`run` every second. Partitions without remote storage are ignored there."""
+        with self._roles_lock:
+            self._roles[tp] = leader
+        self._schedule_roles()
+
+    def _schedule_roles(self) -> None:
+        with self._roles_lock:
+            if self._roles_scheduled or not self._roles:
+                return
+            self._roles_scheduled = True
+        if self._submit(self._apply_roles) is None:
+            with self._roles_lock:
+                self._roles_scheduled = False
+
+    def _apply_roles(self) -> None:
+        with self._roles_lock:
+            roles, self._roles = self._roles, {}
+            self._roles_scheduled = False
+        leaders = {tp for tp, r in roles.items() if r is True}
+        followers = {tp for tp, r in roles.items() if r is False}
+        stopped = [tp for tp, r in roles.items() if r is None]
+        try:
+            if stopped:
+                self.rlm.stop_partitions(stopped, delete=False)
+            if leaders or followers:
+                self.rlm.on_leadership_change(leaders, followers)
+                self._reconcile_log_start_offsets(sorted(leaders | followers, key=str))
+        except Exception as e:
+            log.warning(
+                "tiered storage could not take %d partitions yet (retrying): %s", len(roles), e
+            )
+            with self._roles_lock:
+                for tp, r in roles.items():
+                    self._roles.setdefault(tp, r)
+
+    def topic_deleted_in_cluster(
+        self, name: str, topic_id: uuid.UUID, num_partitions: int, *, controller: bool
+    ) -> None:
+        """(Cluster) a topic was deleted. The active controller's broker deletes its remote
+        data (DELETE_PARTITION_MARKED -> STARTED -> every segment -> FINISHED, resumed after a
+        restart from the pending deletions file, as on one node); every other broker stops
+        the partitions and drops their metadata caches and cache files."""
+        tps = [TopicIdPartition(topic_id, name, p) for p in range(num_partitions)]
+        with self._roles_lock:
+            for tp in tps:
+                self._roles.pop(tp, None)
+        if controller:
+            deletion = PendingDeletion(name, topic_id, tuple(range(num_partitions)), REASON_DELETE)
+            try:
+                self.pending.add(deletion)
+            except OSError as e:
+                log.error("cannot record the remote deletion of %s: %s", deletion, e)
+            self._submit_deletion(deletion)
+        else:
+            self._submit(self._forget, tps)
+
+    def _forget(self, tps: list[TopicIdPartition]) -> None:
+        try:
+            self.rlm.stop_partitions(tps, delete=False)
+            self.rlmm.forget_partitions(tps)
+        except Exception:
+            log.exception("dropping the tiered state of %s failed", tps[0].topic if tps else "")
 
     def _lead(self, name: str) -> None:
         tps = self.tiered_partitions(name)
@@ -419,6 +527,8 @@ class TieredStorage:
     def _still_owed(self, deletion: PendingDeletion) -> bool:
         """False when the change that asked for the deletion never happened (a crash between
         recording it and making it, or a failed config change): the data must stay."""
+        if self.in_cluster and deletion.reason == REASON_DELETE:
+            return True  # recorded once the controller deleted the topic: it is gone
         info = self.log_manager.topic(deletion.topic)
         if info is None or info.topic_id != deletion.topic_id:
             return True  # the topic is gone: its remote data must go whatever the reason
@@ -499,6 +609,7 @@ class TieredStorage:
                     await asyncio.to_thread(self.rlmm.flush)
                     next_flush = time.monotonic() + FLUSH_INTERVAL_S
                 self._retry_due_deletions()
+                self._schedule_roles()  # roles that failed to apply
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -190,6 +190,9 @@ class RemoteLogMetadataManager(abc.ABC):
         """Whether the partition's metadata is loaded and can be served."""
         return True
 
+    def poll(self) -> None:  # noqa: B027 - optional hook
+        """Apply what other brokers published since the last call (topic-based managers)."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources; idempotent."""
 
@@ -440,6 +443,11 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
         self._saved_offset: dict[TopicIdPartition, int] = {}
         self._closed = False
 
+    @property
+    def num_metadata_partitions(self) -> int:
+        """Partitions of ``__remote_log_metadata`` (the events are routed by this count)."""
+        return self._num_partitions
+
     # ------------------------------------------------------------------ files
 
     def cache_file(self, tp: TopicIdPartition) -> Path | None:
@@ -620,6 +628,18 @@ class TopicBasedRemoteLogMetadataManager(RemoteLogMetadataManager):
                 del self._store.caches[tp]
                 del self._next_offset[tp]
                 self._saved_offset.pop(tp, None)
+
+    def forget_partitions(self, partitions: Iterable[TopicIdPartition]) -> None:
+        """Drop partitions whose topic is gone: their caches and their cache files (another
+        broker deleted their remote data)."""
+        with self._lock:
+            for tp in partitions:
+                self._store.caches.pop(tp, None)
+                self._next_offset.pop(tp, None)
+                self._saved_offset.pop(tp, None)
+                path = self.cache_file(tp)
+                if path is not None:
+                    path.unlink(missing_ok=True)
 
     def close(self) -> None:
         """Save every file cache and stop serving; idempotent."""

@@ -23,10 +23,11 @@ from tierlog.errors import (
     NotLeaderOrFollower,
     UnknownTopicId,
 )
-from tierlog.security.acl_checks import topic_error, transactional_id_error
+from tierlog.security.acl_checks import cluster_error, topic_error, transactional_id_error
 from tierlog.security.authorizer import AclOperation
 from tierlog.server.handlers._build import build, request_timeout_ms
 from tierlog.server.kafka_apis import CloseConnection, response_class
+from tierlog.server.remote_log_metadata_publisher import REMOTE_LOG_METADATA_TOPIC_NAME
 from tierlog.server.replica_manager import ProducePartitionResult, ReplicaManager
 
 if TYPE_CHECKING:
@@ -67,17 +68,22 @@ def handle_produce(apis: KafkaApis, ev: Request) -> Any:
         if name is not None and (denied := topic_error(apis, AclOperation.WRITE, name)):
             missing = ProducePartitionResult(denied)
         parts = []
+        internal = name is not None and _broker_publishing(apis, name)
         for pd in t.partition_data:
             out: dict[str, Any] = {"index": pd.index, "record_errors": ()}
             r = error or missing
             topic = name or ""
             if r is None and rm.append_in_thread(topic, pd.index):
-                aw = rm.append_records_in_thread(topic, pd.index, pd.records, required_acks=acks)
+                aw = rm.append_records_in_thread(
+                    topic, pd.index, pd.records, required_acks=acks, internal=internal
+                )
                 if acks == -1:
                     aw = _acked(rm, topic, pd.index, aw, timeout_ms)
                 pending.append((out, aw))
             else:
-                r = r or rm.append_records(topic, pd.index, pd.records, required_acks=acks)
+                r = r or rm.append_records(
+                    topic, pd.index, pd.records, required_acks=acks, internal=internal
+                )
                 if acks == -1 and not r.error_code and rm.must_wait_for_acks(topic, pd.index, r):
                     pending.append((out, rm.wait_for_acks(topic, pd.index, r, timeout_ms)))
                 else:
@@ -113,6 +119,19 @@ def handle_produce(apis: KafkaApis, ev: Request) -> Any:
         return finish()
 
     return respond()
+
+
+def _broker_publishing(apis: KafkaApis, topic: str) -> bool:
+    """A broker publishing tiered storage's events: in a cluster they go to the replicated
+    ``__remote_log_metadata`` with Produce (as Kafka's metadata manager does with its
+    producer), accepted on the inter-broker listener from a principal with CLUSTER_ACTION.
+    Clients still cannot write to the topic."""
+    return (
+        topic == REMOTE_LOG_METADATA_TOPIC_NAME
+        and apis.cluster is not None
+        and apis.listener_name == apis.config.inter_broker_listener_name
+        and not cluster_error(apis, AclOperation.CLUSTER_ACTION)
+    )
 
 
 def add_current_leaders(apis: KafkaApis, topics_out: list[dict[str, Any]]) -> set[int]:
