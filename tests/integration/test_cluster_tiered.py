@@ -22,7 +22,9 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import NewTopic
 
+from tests.broker_process import BrokerProcess
 from tests.integration.cluster_support import Cluster, wait_for
 from tests.integration.tiered_support import (
     SEGMENT_BYTES,
@@ -30,7 +32,9 @@ from tests.integration.tiered_support import (
     RemoteStore,
     list_offsets,
     make_store,
+    remote_ls,
     tiered_topic_configs,
+    verify,
 )
 from tests.zookeeper_process import ZooKeeperProcess
 
@@ -62,12 +66,22 @@ def env_fixture(
         "min.insync.replicas=2",
         "default.replication.factor=3",
     )
+    for b in c.brokers.values():
+        # Fault hooks in the remote storage manager, acting only while their file exists.
+        b.module = "tests.integration.tiered_launcher"
+        b.env = {"TIERLOG_TEST_FAULTS": str(_faults(b))}
+        _faults(b).mkdir(exist_ok=True)
     c.start()
     try:
         yield c, store
     finally:
         c.stop()
         store.close()
+
+
+def _faults(b: BrokerProcess) -> Path:
+    """The broker's fault-hook directory (tests/integration/tiered_launcher.py)."""
+    return b.workdir / "faults"
 
 
 def _values(prefix: str, n: int) -> list[bytes]:
@@ -164,7 +178,9 @@ def _tiered_topic(c: Cluster, topic: str) -> None:
     )
 
 
-def _wait_tiered_everywhere(c: Cluster, topic: str, end: int) -> int:
+def _wait_tiered_everywhere(
+    c: Cluster, topic: str, end: int, replicas: tuple[int, ...] = (1, 2, 3)
+) -> int:
     """Until the leader has tiered all but its last few segments and every replica dropped
     its tiered local segments; the highest offset in remote storage."""
 
@@ -172,7 +188,7 @@ def _wait_tiered_everywhere(c: Cluster, topic: str, end: int) -> int:
         tiered = _list_offset(c.bootstrap, topic, -5)
         if tiered < end - 4 * (SEGMENT_BYTES // RECORD):
             return None
-        for b in c.brokers:
+        for b in replicas:
             segments = _local_segments(c, b, topic)
             if not segments or segments[0] == 0 or len(segments) > 4:
                 return None
@@ -224,9 +240,9 @@ def test_wiped_follower_rejoins_from_the_leaders_local_start(
     )
     assert _local_bytes(c, follower, topic) <= _local_bytes(c, leader, topic) + SEGMENT_BYTES
     log = c.brokers[follower].log_since_start()
-    assert any(
-        f"{topic}-0 rebuilt from remote segment" in line for line in log.splitlines()
-    ), log[-3000:]
+    assert any(f"{topic}-0 rebuilt from remote segment" in line for line in log.splitlines()), log[
+        -3000:
+    ]
     # It can lead: make it the only choice and read everything through it.
     for b in c.brokers:
         if b != follower:
@@ -300,3 +316,175 @@ def test_deleted_topic_leaves_nothing_remote_or_cached(
         return True
 
     wait_for(f"{topic}: remote objects, caches and local logs gone", gone, 120)
+
+
+def test_leader_killed_mid_upload_leaves_no_orphan(env: tuple[Cluster, RemoteStore]) -> None:
+    """The leader dies between a segment's two objects (COPY_SEGMENT_STARTED published, the
+    ``.log`` object written, the ``.indexes`` not): once the cluster converges, the new leader
+    has deleted the dangling copy, every object in the store belongs to a finished segment, and
+    ``tierlog remote verify`` is clean."""
+    c, store = env
+    topic = f"midcopy-{uuid.uuid4().hex[:8]}"
+    _tiered_topic(c, topic)
+    leader = c.leader(topic, 0)
+    hang = _faults(c.brokers[leader]) / "hang-indexes-upload"
+    hanging = _faults(c.brokers[leader]) / "hanging"
+    hanging.unlink(missing_ok=True)
+    hang.write_text("")
+    values = _values("m", 300)
+    try:
+        _produce(c.bootstrap, topic, values)
+        wait_for("the upload to hang", hanging.exists, 60)
+        c.brokers[leader].stop(sig=signal.SIGKILL)
+    finally:
+        hang.unlink(missing_ok=True)
+        hanging.unlink(missing_ok=True)
+    try:
+        wait_for("a new leader", lambda: c.leader(topic, 0) not in (leader, -1), 60)
+        more = _values("n", 100)
+        _produce(c.bootstrap, topic, more)
+    finally:
+        c.brokers[leader].start()
+        c.wait_healthy(topic, 1, 3)
+    _wait_tiered_everywhere(c, topic, 400)
+    new = c.leader(topic, 0)
+
+    def converged() -> bool:
+        parts = remote_ls(c.brokers[new], topic, all_segments=True)
+        segs = [p for p in parts if p["partition"] == 0 and p["current"]]
+        states = {s["state"] for p in segs for s in p["segments"]}
+        if states - {"COPY_SEGMENT_FINISHED", "DELETE_SEGMENT_FINISHED"}:
+            return False
+        live = {
+            obj
+            for p in segs
+            for s in p["segments"]
+            if s["state"] == "COPY_SEGMENT_FINISHED"
+            for obj in (s["log_object"], s["indexes_object"])
+        }
+        keys = [k for k in store.list_keys() if k.startswith(f"{topic}-")]
+        return all(any(obj.endswith("/" + k) for obj in live) for k in keys)
+
+    wait_for(f"{topic}: no dangling copy, no orphan object", converged, 120)
+    rc, out = verify(c.brokers[new], topic)
+    assert rc == 0, out
+    assert _consume_all(c.bootstrap, topic, 400) == list(enumerate(values + more))
+
+
+def test_consumer_reading_remote_data_crosses_a_leader_death(
+    env: tuple[Cluster, RemoteStore],
+) -> None:
+    """A consumer in the middle of the remote part when the leader dies continues from the new
+    leader: every offset exactly once, in order."""
+    c, _store = env
+    topic = f"reader-{uuid.uuid4().hex[:8]}"
+    _tiered_topic(c, topic)
+    values = _values("r", 400)
+    _produce(c.bootstrap, topic, values)
+    tiered = _wait_tiered_everywhere(c, topic, 400)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": c.bootstrap,
+            "group.id": f"g-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "max.partition.fetch.bytes": 4 * RECORD,  # a batch or two per fetch
+            "message.max.bytes": 4 * RECORD,
+            "fetch.max.bytes": 4 * RECORD,
+            "fetch.wait.max.ms": 100,
+        }
+    )
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    got: list[tuple[int, bytes]] = []
+    old = c.leader(topic, 0)
+    try:
+
+        def read(until: int) -> bool:
+            for m in consumer.consume(10, timeout=1.0):
+                assert m.error() is None, m.error()
+                got.append((m.offset(), m.value()))
+            return len(got) >= until
+
+        wait_for("the first remote records", lambda: read(tiered // 3), 60)
+        assert got[-1][0] < tiered  # still in the remote part
+        c.brokers[old].stop(sig=signal.SIGKILL)
+        try:
+            wait_for("the rest through the new leader", lambda: read(400), 180)
+        finally:
+            c.brokers[old].start()
+    finally:
+        consumer.close()
+    c.wait_healthy(topic, 1, 3)
+    assert got[:400] == list(enumerate(values))
+
+
+def test_unclean_election_deletes_remote_segments_of_the_lost_epochs(
+    env: tuple[Cluster, RemoteStore],
+) -> None:
+    """The leader writes and tiers data alone (its only follower shut down), then dies; the
+    stale follower is elected uncleanly. The segments of offsets it never had are not in its
+    leader epoch lineage: its expiration deletes them, and reads return its own history.
+
+    The topic has two replicas (brokers 1 and 2) so that the metadata topic keeps an in-sync
+    replica (broker 3) through all of it."""
+    c, _store = env
+    topic = f"unclean-{uuid.uuid4().hex[:8]}"
+    leader, stale = 1, 2
+    admin = c.admin()
+    configs = tiered_topic_configs(
+        local_retention_bytes=str(LOCAL_BYTES),
+        unclean_leader_election_enable="true",
+        min_insync_replicas="1",
+    )
+    admin.create_topics(
+        [NewTopic(topic, num_partitions=1, replica_assignment=[[leader, stale]], config=configs)],
+        operation_timeout=30,
+    )[topic].result(30)
+    c.wait_healthy(topic, 1, 2)
+    kept = _values("k", 200)
+    _produce(c.bootstrap, topic, kept)
+    _wait_tiered_everywhere(c, topic, 200, replicas=(leader, stale))
+    c.brokers[stale].stop()  # controlled shutdown: out of the ISR at once
+    try:
+        wait_for(
+            "the leader alone in the ISR",
+            lambda: list(c.partitions(topic)[0].isrs) == [leader],
+            60,
+        )
+        lost = _values("l", 300)
+        _produce(c.bootstrap, topic, lost)
+        wait_for(
+            "the leader's solo data tiered",
+            lambda: _list_offset(c.bootstrap, topic, -5) >= 400,
+            120,
+        )
+        lost_segments = {
+            s["segment_id"]
+            for p in remote_ls(c.brokers[leader], topic)
+            if p["partition"] == 0 and p["current"]
+            for s in p["segments"]
+            if s["end_offset"] >= 200
+        }
+        assert lost_segments
+        c.brokers[leader].stop(sig=signal.SIGKILL)
+        c.brokers[stale].start()
+        wait_for(f"{stale} elected uncleanly", lambda: c.leader(topic, 0) == stale, 60)
+        again = _values("a", 100)
+        _produce(c.bootstrap, topic, again)
+
+        def expired() -> bool:
+            segs = [
+                s
+                for p in remote_ls(c.brokers[stale], topic, all_segments=True)
+                if p["partition"] == 0 and p["current"]
+                for s in p["segments"]
+                if s["segment_id"] in lost_segments
+            ]
+            return all(s["state"] == "DELETE_SEGMENT_FINISHED" for s in segs)
+
+        wait_for("the lost epochs' remote segments deleted", expired, 120)
+        assert _consume_all(c.bootstrap, topic, 300) == list(enumerate(kept + again))
+    finally:
+        for b in c.brokers.values():
+            if not b.alive():
+                b.start()
+    c.wait_healthy(topic, 1, 2)

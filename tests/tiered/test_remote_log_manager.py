@@ -25,6 +25,7 @@ from tierlog.tiered.remote_log_manager import (
 from tierlog.tiered.remote_log_segment_metadata import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
 )
 from tierlog.tiered.storage import EventType
 
@@ -281,6 +282,36 @@ def test_segments_of_epochs_before_the_lineage_are_deleted(world: World) -> None
     world.rlm.run_expiration(world.tp)
     remaining = world.rlmm.list_remote_log_segments(world.tp)
     assert all(max(m.segment_leader_epochs) >= 7 for m in remaining)
+
+
+def test_segments_diverged_from_the_lineage_are_deleted(world: World) -> None:
+    """An uncleanly elected leader's lineage ends epoch 0 where its own log ends; a segment
+    another leader uploaded with later offsets of epoch 0 is not in it: expiration deletes it
+    (Kafka leaves it until total retention). A segment of a later epoch than this leader's
+    (a newer leader's) stays."""
+    world.fill_segments(3)
+    world.rlm.run_copy(world.tp)
+    end = world.log.log_end_offset
+    diverged = RemoteLogSegmentMetadata(
+        RemoteLogSegmentId(world.tp, uuid.uuid4()), end, end + 50, T0, 2, T0, 100, {0: end}
+    )
+    newer = RemoteLogSegmentMetadata(
+        RemoteLogSegmentId(world.tp, uuid.uuid4()), end, end + 50, T0, 2, T0, 100, {9: end}
+    )
+    world.fill_segments(2, leader_epoch=3)  # this leader's own epoch starts at ``end``
+    for md in (diverged, newer):
+        world.rlmm.add_remote_log_segment_metadata(md)
+        world.rlmm.update_remote_log_segment_metadata(
+            RemoteLogSegmentMetadataUpdate(
+                md.remote_log_segment_id, T0, None, S.COPY_SEGMENT_FINISHED, 2
+            )
+        )
+    world.rlm.run_expiration(world.tp)
+    remaining = {m.remote_log_segment_id for m in world.rlmm.list_remote_log_segments(world.tp)}
+    assert diverged.remote_log_segment_id not in remaining
+    assert newer.remote_log_segment_id in remaining
+    # what this leader copied itself stays, and reads of it still work
+    assert {m.start_offset for m in world.rlmm.list_remote_log_segments(world.tp, 0)} >= {0}
 
 
 def test_segments_being_copied_are_not_expired(world: World) -> None:

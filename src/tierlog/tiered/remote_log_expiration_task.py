@@ -8,7 +8,10 @@ COPY_SEGMENT_FINISHED bytes in the leader-epoch lineage) - ``retention.bytes``; 
 (DeleteRecords) goes too. The new log start offset is applied before anything is deleted.
 Segments being copied are never expired. Segments whose epochs all precede the lineage
 (unclean election leftovers) are deleted (**tierlog:** only when *all* their epochs precede
-it; Kafka deletes a segment as soon as one epoch does). Dangling COPY_SEGMENT_STARTED segments
+it; Kafka deletes a segment as soon as one epoch does). **tierlog:** finished segments in
+epochs the leader knows that are not in its lineage (offsets an uncleanly elected leader never
+had) are deleted too, where Kafka leaves them until total retention; segments of a later epoch
+than the leader's own stay (a newer leader's). Dangling COPY_SEGMENT_STARTED segments
 (a crash or a failed copy of an earlier run or broker) and dangling DELETE_SEGMENT_STARTED ones
 are deleted again, so a restart converges: no STARTED state left, no orphan objects.
 
@@ -177,6 +180,27 @@ class RLMExpirationTask(RemoteLogManagerCore):
                     and max(md.segment_leader_epochs) < earliest.epoch
                 ):
                     to_delete.setdefault(md.remote_log_segment_id.id, md)
+        # Diverged: finished segments in epochs this leader knows that are not in its lineage
+        # (written by a leader whose later offsets this one never had: an unclean election).
+        # No reader is ever sent there, so they go. A segment of a later epoch than this
+        # leader's (a newer leader's, seen by a leader that has not learnt it lost) stays.
+        if lineage:
+            latest_epoch = max(lineage)
+            for md in all_segments:
+                if (
+                    md.state == _S.COPY_SEGMENT_FINISHED
+                    and md.end_offset >= lg.log_start_offset
+                    and max(md.segment_leader_epochs) <= latest_epoch
+                    and not is_remote_segment_within_leader_epochs(md, lg.log_end_offset, lineage)
+                    and md.remote_log_segment_id.id not in to_delete
+                ):
+                    log.warning(
+                        "%s: remote segment %s [%d, %d] (epochs %s) is not in the leader epoch "
+                        "lineage %s (an unclean leader election): deleting it",
+                        tp, md.remote_log_segment_id, md.start_offset, md.end_offset,
+                        dict(md.segment_leader_epochs), lineage,
+                    )  # fmt: skip
+                    to_delete[md.remote_log_segment_id.id] = md
         # Dangling COPY_SEGMENT_STARTED (not ours in flight) and DELETE_SEGMENT_STARTED.
         for md in all_segments:
             sid = md.remote_log_segment_id.id
