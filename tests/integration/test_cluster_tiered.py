@@ -488,3 +488,53 @@ def test_unclean_election_deletes_remote_segments_of_the_lost_epochs(
             if not b.alive():
                 b.start()
     c.wait_healthy(topic, 1, 2)
+
+
+def test_reassignment_of_a_tiered_partition_moves_only_its_local_part(
+    env: tuple[Cluster, RemoteStore],
+) -> None:
+    """A tiered partition on brokers 1 and 2 moves to 1 and 3: broker 3 rebuilds its log from
+    remote metadata and fetches only the leader's local part (at most the local size and one
+    segment), and the partition stays whole for readers."""
+    from kafka import KafkaAdminClient
+    from kafka import TopicPartition as KTopicPartition
+
+    c, _store = env
+    topic = f"moved-{uuid.uuid4().hex[:8]}"
+    admin = c.admin()
+    admin.create_topics(
+        [
+            NewTopic(
+                topic,
+                num_partitions=1,
+                replica_assignment=[[1, 2]],
+                config=tiered_topic_configs(local_retention_bytes=str(LOCAL_BYTES)),
+            )
+        ],
+        operation_timeout=30,
+    )[topic].result(30)
+    c.wait_healthy(topic, 1, 2)
+    values = _values("v", 400)
+    _produce(c.bootstrap, topic, values)
+    _wait_tiered_everywhere(c, topic, 400, replicas=(1, 2))
+    kp = KafkaAdminClient(bootstrap_servers=c.bootstrap)
+    try:
+        kp.alter_partition_reassignments({KTopicPartition(topic, 0): [1, 3]})
+
+        def moved() -> bool:
+            p = c.partitions(topic)[0]
+            ongoing = kp.list_partition_reassignments([KTopicPartition(topic, 0)])
+            return list(p.replicas) == [1, 3] and sorted(p.isrs) == [1, 3] and not ongoing
+
+        wait_for("the reassignment to finish", moved, 120)
+    finally:
+        kp.close()
+    leader = c.leader(topic, 0)
+    assert _local_bytes(c, 3, topic) <= _local_bytes(c, leader, topic) + SEGMENT_BYTES
+    assert _local_segments(c, 3, topic)[0] > 0  # nothing below the leader's local part
+    wait_for(
+        "the leaving replica's copy deleted",
+        lambda: not _partition_dir(c, 2, topic).exists(),
+        60,
+    )
+    assert _consume_all(c.bootstrap, topic, 400) == list(enumerate(values))
