@@ -1,0 +1,300 @@
+"""The console's routes: each URL, its query parameters checked, answered as an HTML page or
+(under ``/api/``) as JSON from the same values.
+
+=========================================================  ===================================
+``/`` , ``/brokers``                                       the cluster's live brokers
+``/topics``                                                topics
+``/topics/<topic>``                                        a topic's partitions
+``/topics/<topic>/partitions/<p>``                         segments (local, remote) on a
+                                                           timeline, tiering lag
+``/topics/<topic>/partitions/<p>/messages?offset=N``       the message browser (also
+``&limit=K`` or ``?timestamp=T&limit=K``                   ``timestamp``: ms since the epoch)
+``/tiering``                                               tiering lag of every tiered partition
+``/groups``, ``/groups/<group>``                           consumer groups, lag per partition
+``/api/...``                                               the same as JSON
+=========================================================  ===================================
+
+Names in paths are percent-encoded path segments. Bad input gets a 4xx that says what was
+wrong: 404 for an unknown path, topic, partition or group; 400 for a malformed, repeated or
+unknown query parameter, or an offset outside the partition; 405 for a method other than
+GET or HEAD. A broker-side failure of a read (not the leader, remote storage down) is a 503.
+
+Runs on the broker's event loop thread (the :class:`~tierlog.console.broker_view.BrokerView`
+requires it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import parse_qsl
+
+from tierlog.console import pages
+from tierlog.console.broker_view import BrokerView, FetchedBatches
+from tierlog.console.http import HttpError, HttpRequest, HttpResponse, split_path
+from tierlog.console.records_view import decode_messages
+from tierlog.errors import ApiError, TierlogError
+
+__all__ = ["ConsoleRoutes"]
+
+log = logging.getLogger(__name__)
+
+#: The largest ``limit`` of the message browser.
+MAX_LIMIT = 500
+DEFAULT_LIMIT = 20
+#: Bytes read per browser page (whole batches; the first is always returned whole).
+READ_BYTES = 1 << 20
+#: Reads tried when a remote read answers nothing in time (the fetch path's expiry).
+READ_ATTEMPTS = 3
+
+_HTML = "text/html; charset=utf-8"
+_JSON = "application/json"
+
+
+def _json(value: Any, status: int = 200) -> HttpResponse:
+    body = json.dumps(value, indent=1, sort_keys=False).encode()
+    return HttpResponse(status, _JSON, body)
+
+
+def _html(text: str, status: int = 200) -> HttpResponse:
+    return HttpResponse(status, _HTML, text.encode("utf-8"))
+
+
+def error_response(e: HttpError, *, api: bool) -> HttpResponse:
+    """The 4xx/5xx answer for ``e``: JSON ``{"error": ..., "status": ...}`` under ``/api``,
+    else a page."""
+    reason = HTTPStatus(e.status).phrase
+    extra = (("Allow", "GET, HEAD"),) if e.status == 405 else ()
+    if api:
+        resp = _json({"status": e.status, "error": e.message}, e.status)
+    else:
+        resp = _html(pages.error_page(e.status, reason, e.message), e.status)
+    return dataclasses.replace(resp, extra_headers=extra)
+
+
+def _query(raw: str, allowed: tuple[str, ...]) -> dict[str, str]:
+    """The query parameters, each at most once and named in ``allowed``.
+
+    Raises:
+        HttpError: 400 naming the first bad parameter.
+    """
+    try:
+        pairs = parse_qsl(raw, keep_blank_values=True, strict_parsing=bool(raw), errors="strict")
+    except (ValueError, UnicodeDecodeError):
+        raise HttpError(400, "malformed query string") from None
+    out: dict[str, str] = {}
+    for k, v in pairs:
+        if k not in allowed:
+            accepted = ", ".join(allowed) if allowed else "none"
+            raise HttpError(400, f"unknown query parameter {k!r} (accepted: {accepted})")
+        if k in out:
+            raise HttpError(400, f"query parameter {k!r} given twice")
+        out[k] = v
+    return out
+
+
+def _int(name: str, raw: str, lo: int, hi: int) -> int:
+    """``raw`` as a decimal int in [lo, hi].
+
+    Raises:
+        HttpError: 400 saying what was expected.
+    """
+    s = raw.strip()
+    if not (s.isascii() and s.lstrip("-").isdigit()) or len(s) > 20:
+        raise HttpError(400, f"{name} must be an integer, got {raw!r}")
+    v = int(s)
+    if not lo <= v <= hi:
+        raise HttpError(400, f"{name} must be between {lo} and {hi}, got {v}")
+    return v
+
+
+def _partition_index(raw: str) -> int:
+    try:
+        return _int("partition", raw, 0, 2**31 - 1)
+    except HttpError as e:
+        raise HttpError(404, f"no such partition: {e.message}") from None
+
+
+class ConsoleRoutes:
+    """Request -> response over a :class:`BrokerView`. Not thread-safe (event loop)."""
+
+    def __init__(self, view: BrokerView) -> None:
+        self.view = view
+
+    async def handle(self, req: HttpRequest) -> HttpResponse:
+        """Answer ``req``; every refusal is a 4xx/503 response, never an exception."""
+        api = req.path == "/api" or req.path.startswith("/api/")
+        try:
+            if req.method not in ("GET", "HEAD"):
+                raise HttpError(405, f"method {req.method} not allowed: the console is read-only")
+            segs = split_path(req.path)
+            if api:
+                segs = segs[1:]
+            return await self._route(segs, req.query, api)
+        except HttpError as e:
+            return error_response(e, api=api)
+
+    async def _route(self, segs: list[str], query: str, api: bool) -> HttpResponse:
+        match segs:
+            case [] | ["brokers"]:
+                _query(query, ())
+                c = self.view.cluster()
+                return _json(dataclasses.asdict(c)) if api else _html(pages.brokers_page(c))
+            case ["topics"]:
+                _query(query, ())
+                ts = self.view.topics()
+                if api:
+                    return _json([dataclasses.asdict(t) for t in ts])
+                return _html(pages.topics_page(ts))
+            case ["topics", topic]:
+                _query(query, ())
+                return self._topic(topic, api)
+            case ["topics", topic, "partitions", p]:
+                _query(query, ())
+                d = self.view.partition(topic, _partition_index(p))
+                if d is None:
+                    raise HttpError(404, self._missing_partition(topic, p))
+                return _json(dataclasses.asdict(d)) if api else _html(pages.partition_page(d))
+            case ["topics", topic, "partitions", p, "messages"]:
+                return await self._messages(topic, _partition_index(p), query, api)
+            case ["tiering"]:
+                _query(query, ())
+                parts = [
+                    p
+                    for t in self.view.topics()
+                    if t.remote_storage
+                    for p in (self.view.topic_partitions(t.name) or [])
+                    if p.copy_lag_bytes is not None
+                ]
+                if api:
+                    return _json([dataclasses.asdict(p) for p in parts])
+                return _html(pages.tiering_page(parts))
+            case ["groups"]:
+                _query(query, ())
+                gs = self.view.groups()
+                return (
+                    _json([dataclasses.asdict(g) for g in gs])
+                    if api
+                    else _html(pages.groups_page(gs))
+                )
+            case ["groups", group_id]:
+                _query(query, ())
+                g = self.view.group(group_id)
+                if g is None:
+                    raise HttpError(404, f"no consumer group {group_id!r} on this broker")
+                return _json(dataclasses.asdict(g)) if api else _html(pages.group_page(g))
+        raise HttpError(404, "no such page")
+
+    def _topic(self, topic: str, api: bool) -> HttpResponse:
+        t = next((t for t in self.view.topics() if t.name == topic), None)
+        parts = self.view.topic_partitions(topic)
+        if t is None or parts is None:
+            raise HttpError(404, f"no topic {topic!r}")
+        if api:
+            return _json(
+                {
+                    "topic": dataclasses.asdict(t),
+                    "partitions": [dataclasses.asdict(p) for p in parts],
+                }
+            )
+        return _html(pages.topic_page(t, parts))
+
+    def _missing_partition(self, topic: str, p: object) -> str:
+        parts = self.view.topic_partitions(topic)
+        if parts is None:
+            return f"no topic {topic!r}"
+        return f"topic {topic!r} has no partition {p} (it has {len(parts)})"
+
+    async def _messages(self, topic: str, partition: int, query: str, api: bool) -> HttpResponse:
+        q = _query(query, ("offset", "timestamp", "limit"))
+        limit = _int("limit", q["limit"], 1, MAX_LIMIT) if "limit" in q else DEFAULT_LIMIT
+        if "offset" in q and "timestamp" in q:
+            raise HttpError(400, "give either offset or timestamp, not both")
+        d = self.view.partition(topic, partition)
+        if d is None:
+            raise HttpError(404, self._missing_partition(topic, partition))
+        s = d.summary
+        if s.log_start_offset is None or s.high_watermark is None:
+            raise HttpError(
+                404, f"{topic}-{partition} is not hosted by this broker (leader: {s.leader})"
+            )
+        start, hw = s.log_start_offset, s.high_watermark
+        notice = None
+        if "timestamp" in q:
+            ts = _int("timestamp", q["timestamp"], 0, 2**63 - 1)
+            try:
+                offset = await self.view.offset_for_timestamp(topic, partition, ts)
+            except (ApiError, TierlogError, OSError) as e:
+                raise HttpError(503, f"cannot look up timestamp {ts}: {e}") from None
+            asked = f"first record at or after timestamp {ts}"
+            if offset < 0:
+                return self._messages_answer(
+                    topic, partition, [], asked, None, limit, api,
+                    f"no record at or after timestamp {ts}",
+                )  # fmt: skip
+        else:
+            offset = _int("offset", q.get("offset", str(start)), 0, 2**63 - 1)
+            asked = f"from offset {offset}"
+            if not start <= offset <= hw:
+                held = f"offsets {start} to {hw - 1}" if hw > start else "no records yet"
+                raise HttpError(
+                    400,
+                    f"offset {offset} is out of range: {topic}-{partition} has {held} "
+                    f"(next offset {hw})",
+                )
+        if offset >= hw:
+            return self._messages_answer(
+                topic, partition, [], asked, None, limit, api, f"no records yet at offset {hw}"
+            )
+        fetched = await self._read(topic, partition, offset)
+        if fetched.error is not None:
+            raise HttpError(503, f"the broker could not read {topic}-{partition}: {fetched.error}")
+        try:
+            rows = decode_messages(fetched.records, offset, limit)
+        except TierlogError as e:
+            raise HttpError(503, f"cannot decode the records at offset {offset}: {e}") from None
+        if not rows and not fetched.records:
+            notice = "the read returned nothing in time (remote storage slow?): reload"
+        last = rows[-1].offset + 1 if rows else None
+        nxt = last if last is not None and last < fetched.high_watermark else None
+        return self._messages_answer(topic, partition, rows, asked, nxt, limit, api, notice)
+
+    async def _read(self, topic: str, partition: int, offset: int) -> FetchedBatches:
+        fetched = await self.view.read(topic, partition, offset, READ_BYTES)
+        for _ in range(READ_ATTEMPTS - 1):
+            if fetched.records or fetched.error is not None:
+                break
+            # A remote read not done within remote.fetch.max.wait.ms answers empty (as a
+            # consumer's fetch would); the read went on meanwhile: ask again.
+            fetched = await self.view.read(topic, partition, offset, READ_BYTES)
+        return fetched
+
+    def _messages_answer(
+        self,
+        topic: str,
+        partition: int,
+        rows: list[Any],
+        asked: str,
+        nxt: int | None,
+        limit: int,
+        api: bool,
+        notice: str | None,
+    ) -> HttpResponse:
+        if api:
+            return _json(
+                {
+                    "topic": topic,
+                    "partition": partition,
+                    "asked": asked,
+                    "notice": notice,
+                    "next_offset": nxt,
+                    "messages": [dataclasses.asdict(r) for r in rows],
+                }
+            )
+        page = pages.messages_page(
+            topic, partition, rows, asked=asked, next_offset=nxt, limit=limit, notice=notice
+        )
+        return _html(page)
