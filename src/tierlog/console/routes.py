@@ -84,7 +84,7 @@ def _query(raw: str, allowed: tuple[str, ...]) -> dict[str, str]:
     try:
         pairs = parse_qsl(raw, keep_blank_values=True, strict_parsing=bool(raw), errors="strict")
     except (ValueError, UnicodeDecodeError):
-        raise HttpError(400, "malformed query string") from None
+        raise HttpError(400, f"malformed query string {raw[:200]!r}") from None
     out: dict[str, str] = {}
     for k, v in pairs:
         if k not in allowed:
