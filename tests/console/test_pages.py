@@ -1,0 +1,110 @@
+"""The pages escape whatever comes from the broker or the request: for any name, key or
+value, the page has the same elements as for a plain one and shows the text as it is."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from html.parser import HTMLParser
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.console.fake_view import TOPIC, FakeView
+from tierlog.console import pages
+from tierlog.console.http import HttpRequest
+from tierlog.console.records_view import MessageRow, Shown, show_bytes
+from tierlog.console.routes import ConsoleRoutes
+
+
+class _Page(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[str] = []
+        self.attrs: list[tuple[str, str | None]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        self.attrs += [(k, None if k == "href" else v) for k, v in attrs]
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def parse(html_text: str) -> _Page:
+    p = _Page()
+    p.feed(html_text)
+    p.close()
+    return p
+
+
+def render(target: str, view: FakeView) -> str:
+    path, _, query = target.partition("?")
+    resp = asyncio.run(ConsoleRoutes(view).handle(HttpRequest("GET", path, query, ())))
+    assert resp.status == 200
+    return resp.body.decode()
+
+
+names = st.text(min_size=1, max_size=40).filter(lambda s: s.strip() == s and "\r" not in s)
+
+
+@settings(max_examples=60, deadline=None)
+@given(names)
+def test_group_pages_escape_group_and_client_ids(name):
+    from urllib.parse import quote
+
+    plain = parse(render("/groups/g", FakeView()))
+    view = FakeView(group_id=name, client_id=name)
+    for target in ("/groups", "/groups/" + quote(name, safe="")):
+        page = parse(render(target, view))
+        reference = parse(render(target.replace(quote(name, safe=""), "g"), FakeView()))
+        assert page.tags == reference.tags
+        assert name in "".join(page.text)
+    assert plain.tags == parse(render("/groups/g", FakeView())).tags
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.binary(max_size=60), st.binary(max_size=60), names)
+def test_messages_page_escapes_keys_values_and_headers(key, value, header):
+    def page_of(k: Shown, v: Shown, h: str) -> str:
+        row = MessageRow(5, 1000, "CreateTime", 0, "none", k, v, ((h, v),))
+        return pages.messages_page(TOPIC, 0, [row], asked="x", next_offset=6, limit=1, notice=None)
+
+    k, v = show_bytes(key), show_bytes(value)
+    page = parse(page_of(k, v, header))
+    # The same kinds of values (text, hex, null), plain.
+    reference = parse(page_of(replace(k, text="k"), replace(v, text="v"), "h"))
+    assert page.tags == reference.tags
+    assert page.attrs == reference.attrs
+    text = "".join(page.text)
+    for b in (key, value):
+        s = show_bytes(b)
+        assert s.text in text
+    assert header in text
+
+
+def test_timeline_draws_each_segment_in_its_lane():
+    view = FakeView()
+    d = view.partition(TOPIC, 0)
+    assert d is not None
+    svg = pages.timeline_svg(d.segments, 10)
+    p = parse(svg)
+    assert p.tags.count("rect") == 3
+    groups = [dict(a) for a in _groups(svg)]
+    assert [(g["class"], g["data-start"], g["data-end"]) for g in groups] == [
+        ("seg seg-remote", "0", "2"), ("seg seg-remote", "3", "5"), ("seg seg-local", "6", "9"),
+    ]  # fmt: skip
+    assert pages.timeline_svg((), None) == '<p class="muted" id="timeline">no segments</p>'
+
+
+def _groups(svg: str) -> list[list[tuple[str, str | None]]]:
+    out: list[list[tuple[str, str | None]]] = []
+
+    class G(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            if tag == "g":
+                out.append(attrs)
+
+    G().feed(svg)
+    return out
