@@ -375,6 +375,14 @@ class ConsoleView:
         return offset
 
     async def read(self, topic: str, partition: int, offset: int, max_bytes: int) -> FetchedBatches:
+        p = self._partition(topic, partition)
+        if p is not None and not p.is_leader:
+            leader = f"broker {p.leader_id}" if p.leader_id >= 0 else "no broker"
+            return FetchedBatches(
+                b"", -1, -1,
+                f"this broker only follows {topic}-{partition} ({leader} leads it): browse it "
+                "on the leader's console",
+            )  # fmt: skip
         req = FetchPartitionRequest(topic, partition, offset, max_bytes)
         (res,) = await self._rm.fetch(
             [req], max_wait_ms=0, min_bytes=0, max_bytes=max_bytes,
