@@ -59,6 +59,27 @@ def open_browser() -> Any:
     return browser
 
 
+def wait_for_page(browser: Any, title: str, timeout: float = 30.0) -> None:
+    """Wait until the page whose ``h1`` is ``title`` is loaded (after a click on a link or a
+    form's button, the old page or a blank one may still be there)."""
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def loaded(d: Any) -> bool:
+        return bool(
+            d.execute_script("return document.readyState") == "complete"
+            and d.find_element(By.TAG_NAME, "h1").text == title
+        )
+
+    WebDriverWait(
+        browser,
+        timeout,
+        poll_frequency=0.1,
+        ignored_exceptions=(NoSuchElementException, StaleElementReferenceException),
+    ).until(loaded, f"the page {title!r}")
+
+
 def check_screenshot(browser: Any, path: Path) -> Any:
     """Take a screenshot of the viewport into ``path`` and check it is a rendered page: a
     PNG that decodes, the viewport's size, not blank (many colours, no colour covering
