@@ -11,6 +11,7 @@ than a handful of colours.
 
 from __future__ import annotations
 
+import importlib
 import io
 import shutil
 from pathlib import Path
@@ -23,6 +24,13 @@ CHROMEDRIVER = "/usr/bin/chromedriver"
 WINDOW = (1280, 1000)
 
 
+def _import(name: str, part: str) -> Any:
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        real_parts.missing(part, f"cannot import {name} ({e}); it is in the test extra")
+
+
 def open_browser() -> Any:
     """A headless Chromium under Selenium (``quit()`` it)."""
     chromium = shutil.which("chromium") or (CHROMIUM if Path(CHROMIUM).exists() else None)
@@ -33,10 +41,8 @@ def open_browser() -> Any:
             "Debian's chromium and chromium-driver are not installed "
             "(apt-get install chromium chromium-driver)",
         )
-    webdriver = real_parts.import_module("selenium.webdriver", "selenium (the test extra)")
-    service_mod = real_parts.import_module(
-        "selenium.webdriver.chrome.service", "selenium (the test extra)"
-    )
+    webdriver = _import("selenium.webdriver", "selenium")
+    service_mod = _import("selenium.webdriver.chrome.service", "selenium")
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
     for arg in (
@@ -84,7 +90,7 @@ def check_screenshot(browser: Any, path: Path) -> Any:
     """Take a screenshot of the viewport into ``path`` and check it is a rendered page: a
     PNG that decodes, the viewport's size, not blank (many colours, no colour covering
     almost everything). The decoded RGB image, for further checks."""
-    image_mod = real_parts.import_module("PIL.Image", "Pillow (the test extra)")
+    image_mod = _import("PIL.Image", "Pillow")
     png = browser.get_screenshot_as_png()
     path.write_bytes(png)
     assert png[:8] == b"\x89PNG\r\n\x1a\n", "the screenshot is not a PNG"
