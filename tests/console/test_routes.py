@@ -37,6 +37,12 @@ def test_every_page_renders_as_html_and_json():
         api(v, target)
 
 
+def test_topic_configs_are_an_object():
+    (t,) = api(FakeView(), "/topics")
+    assert t["configs"] == {"segment.bytes": "1"}
+    assert api(FakeView(), f"/topics/{TOPIC}")["topic"]["configs"] == {"segment.bytes": "1"}
+
+
 def test_messages_from_an_offset_and_a_timestamp():
     v = FakeView()
     page = api(v, f"/topics/{TOPIC}/partitions/0/messages?offset=4&limit=3")

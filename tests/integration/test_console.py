@@ -31,6 +31,7 @@ from tests.integration.browser import check_screenshot, has_color, open_browser,
 from tests.integration.clients import cf_create_topic
 from tests.integration.conftest import BrokerProcess, running_broker
 from tests.integration.tiered_support import (
+    SEGMENT_BYTES,
     TIERED_BROKER,
     FileStore,
     Offsets,
@@ -137,6 +138,8 @@ def test_api_shows_the_tiers_as_the_broker_and_the_disk_do(console):
 
     (t,) = [t for t in api(c, "/topics") if t["name"] == c.topic]
     assert (t["partitions"], t["remote_storage"], t["internal"]) == (1, True, False)
+    assert t["configs"]["remote.storage.enable"] == "true"
+    assert t["configs"]["segment.bytes"] == str(SEGMENT_BYTES)
     assert t["remote_bytes"] == sum(size for _, _, size in remote)
     assert t["local_bytes"] == sum(size for _, size in on_disk)
 

@@ -33,7 +33,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from tierlog.console import pages
-from tierlog.console.broker_view import BrokerView, FetchedBatches
+from tierlog.console.broker_view import BrokerView, FetchedBatches, TopicSummary
 from tierlog.console.http import HttpError, HttpRequest, HttpResponse, split_path
 from tierlog.console.records_view import decode_messages
 from tierlog.errors import ApiError, TierlogError
@@ -73,6 +73,13 @@ def error_response(e: HttpError, *, api: bool) -> HttpResponse:
     else:
         resp = _html(pages.error_page(e.status, reason, e.message), e.status)
     return dataclasses.replace(resp, extra_headers=extra)
+
+
+def _topic_json(t: TopicSummary) -> dict[str, Any]:
+    """A topic as JSON, its config overrides an object."""
+    out = dataclasses.asdict(t)
+    out["configs"] = dict(t.configs)
+    return out
 
 
 def _query(raw: str, allowed: tuple[str, ...]) -> dict[str, str]:
@@ -147,7 +154,7 @@ class ConsoleRoutes:
                 _query(query, ())
                 ts = self.view.topics()
                 if api:
-                    return _json([dataclasses.asdict(t) for t in ts])
+                    return _json([_topic_json(t) for t in ts])
                 return _html(pages.topics_page(ts))
             case ["topics", topic]:
                 _query(query, ())
@@ -196,7 +203,7 @@ class ConsoleRoutes:
         if api:
             return _json(
                 {
-                    "topic": dataclasses.asdict(t),
+                    "topic": _topic_json(t),
                     "partitions": [dataclasses.asdict(p) for p in parts],
                 }
             )
