@@ -49,19 +49,25 @@ def render(target: str, view: FakeView) -> str:
 names = st.text(min_size=1, max_size=40).filter(lambda s: s.strip() == s and "\r" not in s)
 
 
+# A group named "." or ".." has no path of its own: browsers resolve such segments (even as
+# %2E) before sending the request (WHATWG URL), and the console refuses them.
+group_ids = names.filter(lambda s: s not in (".", ".."))
+
+
 @settings(max_examples=60, deadline=None)
-@given(names)
+@given(group_ids)
 def test_group_pages_escape_group_and_client_ids(name):
     from urllib.parse import quote
 
-    plain = parse(render("/groups/g", FakeView()))
     view = FakeView(group_id=name, client_id=name)
-    for target in ("/groups", "/groups/" + quote(name, safe="")):
+    for target, reference_target in (
+        ("/groups", "/groups"),
+        ("/groups/" + quote(name, safe=""), "/groups/g"),
+    ):
         page = parse(render(target, view))
-        reference = parse(render(target.replace(quote(name, safe=""), "g"), FakeView()))
+        reference = parse(render(reference_target, FakeView()))
         assert page.tags == reference.tags
         assert name in "".join(page.text)
-    assert plain.tags == parse(render("/groups/g", FakeView())).tags
 
 
 @settings(max_examples=60, deadline=None)
