@@ -50,6 +50,13 @@ class FakeView:
     reads: list[FetchedBatches] = field(default_factory=list)
     read_calls: list[int] = field(default_factory=list)
     fail_timestamp: bool = False
+    #: (operation, resource type, name) the ACLs refuse; the hosts asked from.
+    denied: set[tuple[str, str, str]] = field(default_factory=set)
+    asked_hosts: set[str] = field(default_factory=set)
+
+    def authorized(self, client_host: str, operation: str, resource_type: str, name: str) -> bool:
+        self.asked_hosts.add(client_host)
+        return (operation, resource_type, name) not in self.denied
 
     def cluster(self) -> ClusterSummary:
         me = BrokerNode(0, ("PLAINTEXT://127.0.0.1:9092",), None, True, True)

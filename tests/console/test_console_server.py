@@ -100,3 +100,18 @@ def test_off_by_default():
         "127.0.0.1",
         0,
     )
+
+
+def test_the_acls_see_the_peer_address():
+    view = FakeView()
+
+    async def run() -> bytes:
+        server = ConsoleServer(view)
+        _, port = await server.start("127.0.0.1", 0)
+        try:
+            return await _exchange(port, b"GET /api/topics HTTP/1.1\r\n\r\n")
+        finally:
+            await server.stop()
+
+    assert asyncio.run(run()).startswith(b"HTTP/1.1 200 OK\r\n")
+    assert view.asked_hosts == {"127.0.0.1"}

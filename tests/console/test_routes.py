@@ -16,7 +16,8 @@ from tierlog.console.routes import ConsoleRoutes
 
 def get(view: FakeView, target: str, method: str = "GET") -> tuple[int, str, str]:
     path, _, query = target.partition("?")
-    resp = asyncio.run(ConsoleRoutes(view).handle(HttpRequest(method, path, query, ())))
+    req = HttpRequest(method, path, query, (), "10.0.0.7")
+    resp = asyncio.run(ConsoleRoutes(view).handle(req))
     return resp.status, resp.content_type, resp.body.decode()
 
 
@@ -133,3 +134,30 @@ def test_broker_side_failures_are_503():
     v = FakeView(reads=[FetchedBatches(bytes(corrupt), RECORDS, 0)])
     status, _, body = get(v, f"/api{M}?offset=0")
     assert status == 503 and "cannot decode the records at offset 0" in json.loads(body)["error"]
+
+
+def test_acls_hide_what_the_anonymous_user_may_not_describe_or_read():
+    v = FakeView(
+        denied={("DESCRIBE", "GROUP", "g"), ("READ", "TOPIC", TOPIC), ("DESCRIBE", "TOPIC", "x")}
+    )
+    assert [t["name"] for t in api(v, "/topics")] == [TOPIC]
+    assert api(v, "/groups") == []
+    status, _, body = get(v, "/api/groups/g")
+    assert status == 403
+    assert json.loads(body)["error"] == (
+        "not authorized to describe group 'g': the console reads as User:ANONYMOUS from "
+        "10.0.0.7 under the broker's ACLs"
+    )
+    # A topic it may not describe: 403 whether it exists or not (as Kafka answers).
+    for target in ("/topics/x", "/topics/x/partitions/0", "/topics/x/partitions/9/messages"):
+        assert get(v, "/api" + target)[0] == 403, target
+    status, _, body = get(v, f"/api/topics/{TOPIC}/partitions/0/messages?offset=0")
+    assert status == 403 and "not authorized to read topic 'orders'" in body
+    assert api(v, f"/topics/{TOPIC}/partitions/0")["summary"]["topic"] == TOPIC
+    assert v.asked_hosts == {"10.0.0.7"}
+
+
+def test_acls_leave_out_the_offsets_of_topics_not_described():
+    v = FakeView(topic_name="hidden", denied={("DESCRIBE", "TOPIC", "hidden")})
+    g = api(v, "/groups/g")
+    assert g["offsets"] == [] and g["summary"]["lag"] == 0

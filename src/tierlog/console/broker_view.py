@@ -185,6 +185,13 @@ class BrokerView(Protocol):
     """The broker's state, read on the event loop thread. Methods return None for a topic,
     partition or group the broker does not know."""
 
+    def authorized(self, client_host: str, operation: str, resource_type: str, name: str) -> bool:
+        """Whether the console's user -- anonymous: ``User:ANONYMOUS`` from ``client_host``
+        -- may do ``operation`` (``"DESCRIBE"``, ``"READ"``) on the ``resource_type``
+        (``"TOPIC"``, ``"GROUP"``) ``name`` under the broker's ACLs; always True without an
+        authorizer."""
+        ...
+
     def cluster(self) -> ClusterSummary: ...
 
     def topics(self) -> list[TopicSummary]: ...

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from urllib.parse import urlsplit
 
@@ -114,6 +115,9 @@ class ConsoleServer:
             except asyncio.LimitOverrunError:
                 raise HttpError(431, f"request head longer than {MAX_HEAD_BYTES} bytes") from None
             req = parse_request_head(head)
+            peer = writer.get_extra_info("peername")
+            if isinstance(peer, tuple) and peer:
+                req = dataclasses.replace(req, client_host=str(peer[0]))
             head_only = req.method == "HEAD"
             resp = await self._answer(req)
         except HttpError as e:

@@ -46,6 +46,8 @@ class HttpRequest:
     #: The raw query string (after ``?``), undecoded.
     query: str
     headers: tuple[tuple[str, str], ...]
+    #: The peer's address (the ACLs' host), set by the listener.
+    client_host: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,8 +16,11 @@
 
 Names in paths are percent-encoded path segments. Bad input gets a 4xx that says what was
 wrong: 404 for an unknown path, topic, partition or group; 400 for a malformed, repeated or
-unknown query parameter, or an offset outside the partition; 405 for a method other than
-GET or HEAD. A broker-side failure of a read (not the leader, remote storage down) is a 503.
+unknown query parameter, or an offset outside the partition; 403 for what the broker's ACLs
+refuse (the console is ``User:ANONYMOUS`` from the browser's address: it lists the topics and
+groups that principal may DESCRIBE, and browses topics it may READ); 405 for a method other
+than GET or HEAD. A broker-side failure of a read (not the leader, remote storage down) is a
+503.
 
 Runs on the broker's event loop thread (the :class:`~tierlog.console.broker_view.BrokerView`
 requires it).
@@ -33,7 +36,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from tierlog.console import pages
-from tierlog.console.broker_view import BrokerView, FetchedBatches, TopicSummary
+from tierlog.console.broker_view import BrokerView, FetchedBatches, GroupDetail, TopicSummary
 from tierlog.console.http import HttpError, HttpRequest, HttpResponse, split_path
 from tierlog.console.records_view import decode_messages
 from tierlog.errors import ApiError, TierlogError
@@ -140,11 +143,28 @@ class ConsoleRoutes:
             segs = split_path(req.path)
             if api:
                 segs = segs[1:]
-            return await self._route(segs, req.query, api)
+            return await self._route(segs, req.query, api, req.client_host)
         except HttpError as e:
             return error_response(e, api=api)
 
-    async def _route(self, segs: list[str], query: str, api: bool) -> HttpResponse:
+    def _may(self, who: str, operation: str, resource_type: str, name: str) -> bool:
+        return self.view.authorized(who, operation, resource_type, name)
+
+    def _require(self, who: str, operation: str, resource_type: str, name: str) -> None:
+        """Raises: HttpError 403 when the ACLs refuse it (before any lookup: a topic or group
+        the user may not describe is not said to exist or not, as Kafka answers)."""
+        if not self._may(who, operation, resource_type, name):
+            raise HttpError(
+                403,
+                f"not authorized to {operation.lower()} {resource_type.lower()} {name!r}: the "
+                f"console reads as User:ANONYMOUS from {who or 'its client'} under the "
+                "broker's ACLs",
+            )
+
+    def _topics(self, who: str) -> list[TopicSummary]:
+        return [t for t in self.view.topics() if self._may(who, "DESCRIBE", "TOPIC", t.name)]
+
+    async def _route(self, segs: list[str], query: str, api: bool, who: str) -> HttpResponse:
         match segs:
             case [] | ["brokers"]:
                 _query(query, ())
@@ -152,26 +172,30 @@ class ConsoleRoutes:
                 return _json(dataclasses.asdict(c)) if api else _html(pages.brokers_page(c))
             case ["topics"]:
                 _query(query, ())
-                ts = self.view.topics()
+                ts = self._topics(who)
                 if api:
                     return _json([_topic_json(t) for t in ts])
                 return _html(pages.topics_page(ts))
             case ["topics", topic]:
                 _query(query, ())
+                self._require(who, "DESCRIBE", "TOPIC", topic)
                 return self._topic(topic, api)
             case ["topics", topic, "partitions", p]:
                 _query(query, ())
+                self._require(who, "DESCRIBE", "TOPIC", topic)
                 d = self.view.partition(topic, _partition_index(p))
                 if d is None:
                     raise HttpError(404, self._missing_partition(topic, p))
                 return _json(dataclasses.asdict(d)) if api else _html(pages.partition_page(d))
             case ["topics", topic, "partitions", p, "messages"]:
+                self._require(who, "DESCRIBE", "TOPIC", topic)
+                self._require(who, "READ", "TOPIC", topic)
                 return await self._messages(topic, _partition_index(p), query, api)
             case ["tiering"]:
                 _query(query, ())
                 parts = [
                     p
-                    for t in self.view.topics()
+                    for t in self._topics(who)
                     if t.remote_storage
                     for p in (self.view.topic_partitions(t.name) or [])
                     if p.copy_lag_bytes is not None
@@ -181,7 +205,9 @@ class ConsoleRoutes:
                 return _html(pages.tiering_page(parts))
             case ["groups"]:
                 _query(query, ())
-                gs = self.view.groups()
+                gs = [
+                    g for g in self.view.groups() if self._may(who, "DESCRIBE", "GROUP", g.group_id)
+                ]
                 return (
                     _json([dataclasses.asdict(g) for g in gs])
                     if api
@@ -189,11 +215,24 @@ class ConsoleRoutes:
                 )
             case ["groups", group_id]:
                 _query(query, ())
+                self._require(who, "DESCRIBE", "GROUP", group_id)
                 g = self.view.group(group_id)
                 if g is None:
                     raise HttpError(404, f"no consumer group {group_id!r} on this broker")
+                g = self._visible_offsets(g, who)
                 return _json(dataclasses.asdict(g)) if api else _html(pages.group_page(g))
         raise HttpError(404, "no such page")
+
+    def _visible_offsets(self, g: GroupDetail, who: str) -> GroupDetail:
+        """The group's offsets of topics the user may describe (Kafka's OffsetFetch leaves
+        the others out), its lag summed over those."""
+        shown = tuple(o for o in g.offsets if self._may(who, "DESCRIBE", "TOPIC", o.topic))
+        if len(shown) == len(g.offsets):
+            return g
+        lag = sum(o.lag for o in shown if o.lag is not None)
+        return dataclasses.replace(
+            g, offsets=shown, summary=dataclasses.replace(g.summary, lag=lag)
+        )
 
     def _topic(self, topic: str, api: bool) -> HttpResponse:
         t = next((t for t in self.view.topics() if t.name == topic), None)

@@ -219,7 +219,7 @@ class Broker:
         if zk_broker is not None:
             await self._join_cluster(zk_broker, rm, gc)
         if c.console_listener is not None:
-            await self._start_console(c.console_listener, endpoints)
+            await self._start_console(c.console_listener, endpoints, authorizer)
         threading.Thread(target=_preload_schemas, name="preload-schemas", daemon=True).start()
         listening = ", ".join(f"{h}:{p}" for h, p in self.bound)
         log.info(
@@ -259,7 +259,10 @@ class Broker:
         return metrics
 
     async def _start_console(
-        self, listener: tuple[str, int], endpoints: dict[str, BrokerEndpoint]
+        self,
+        listener: tuple[str, int],
+        endpoints: dict[str, BrokerEndpoint],
+        authorizer: BrokerAuthorizer | None,
     ) -> None:
         """Serve the web console on ``console.listener`` (tierlog.console).
 
@@ -277,6 +280,7 @@ class Broker:
             endpoints=endpoints,
             zk_broker=self.zk_broker,
             controller_active=self._controller_active,
+            authorizer=authorizer,
         )
         console = ConsoleServer(view)
         host, port = await console.start(*listener)

@@ -11,6 +11,8 @@ What it reads, and how:
   page opens its log as a fetch would;
 * remote segments: the RemoteLogMetadataManager's cache (in memory); tiering lag: the
   RemoteLogManager's gauges (``RemoteCopyLagBytes``...), read, not recomputed;
+* ACLs: with an authorizer, the console's user is ``User:ANONYMOUS`` from the browser's
+  address; the console lists what it may DESCRIBE and browses what it may READ;
 * groups: the group coordinator's groups (those this broker coordinates), lag against the
   high watermark of the partitions this broker hosts;
 * messages: :meth:`ReplicaManager.fetch` as a consumer's Fetch (read_uncommitted, up to the
@@ -41,6 +43,8 @@ from tierlog.console.broker_view import (
     TopicSummary,
 )
 from tierlog.errors import ApiError, KafkaStorageError, TierlogError, for_code
+from tierlog.security.authorizer import AclOperation, ResourceType
+from tierlog.security.principal import ANONYMOUS
 from tierlog.server.handlers.list_offsets import lookup_offset, lookup_offset_tiered
 from tierlog.server.replica_manager import (
     INTERNAL_TOPICS,
@@ -58,6 +62,7 @@ if TYPE_CHECKING:
     from tierlog.coordinator.group.group_metadata import GroupMetadata
     from tierlog.log.log import Log
     from tierlog.log.log_manager import LogManager
+    from tierlog.security.acl_checks import BrokerAuthorizer
     from tierlog.server.kafka_apis import BrokerEndpoint
     from tierlog.tiered.remote_log_manager import RemoteLogManager
 
@@ -82,6 +87,7 @@ class ConsoleView:
         endpoints: dict[str, BrokerEndpoint],
         zk_broker: ZkBroker | None,
         controller_active: Callable[[], bool],
+        authorizer: BrokerAuthorizer | None = None,
     ) -> None:
         self._lm = log_manager
         self._rm = replica_manager
@@ -91,10 +97,23 @@ class ConsoleView:
         self._endpoints = endpoints
         self._zk = zk_broker
         self._controller_active = controller_active
+        self._authorizer = authorizer
 
     @property
     def _rlm(self) -> RemoteLogManager | None:
         return self._rm.remote_log_manager
+
+    # ----------------------------------------------------------------- ACLs
+
+    def authorized(self, client_host: str, operation: str, resource_type: str, name: str) -> bool:
+        """The broker's ACLs for ``User:ANONYMOUS`` from ``client_host`` (the console does not
+        authenticate its users)."""
+        a = self._authorizer
+        if a is None:
+            return True
+        return a.authorize(
+            ANONYMOUS, client_host, AclOperation[operation], ResourceType[resource_type], name
+        )
 
     # ----------------------------------------------------------------- brokers
 
