@@ -69,12 +69,12 @@ class FakeView:
             )
         ]
 
-    def topic_partitions(self, topic: str) -> list[PartitionSummary] | None:
+    async def topic_partitions(self, topic: str) -> list[PartitionSummary] | None:
         if topic != self.topic_name:
             return None
         return [summary(topic, 0), summary(topic, 1, hosted=False)]
 
-    def partition(self, topic: str, partition: int) -> PartitionDetail | None:
+    async def partition(self, topic: str, partition: int) -> PartitionDetail | None:
         if topic != self.topic_name or partition not in (0, 1):
             return None
         if partition == 1:
@@ -90,14 +90,14 @@ class FakeView:
         return (GroupOffset(self.topic_name, 0, 4, RECORDS, RECORDS - 4, ""),
                 GroupOffset(self.topic_name, 1, 3, None, None, "m"))  # fmt: skip
 
-    def groups(self) -> list[GroupSummary]:
+    async def groups(self) -> list[GroupSummary]:
         return [GroupSummary(self.group_id, "Stable", "consumer", "range", 1, RECORDS - 4)]
 
-    def group(self, group_id: str) -> GroupDetail | None:
+    async def group(self, group_id: str) -> GroupDetail | None:
         if group_id != self.group_id:
             return None
         member = GroupMember("m-1", None, self.client_id, "/127.0.0.1")
-        return GroupDetail(self.groups()[0], (member,), self._offsets())
+        return GroupDetail((await self.groups())[0], (member,), self._offsets())
 
     async def offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> int:
         if self.fail_timestamp:

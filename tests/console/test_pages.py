@@ -92,7 +92,7 @@ def test_messages_page_escapes_keys_values_and_headers(key, value, header):
 
 def test_timeline_draws_each_segment_in_its_lane():
     view = FakeView()
-    d = view.partition(TOPIC, 0)
+    d = asyncio.run(view.partition(TOPIC, 0))
     assert d is not None
     svg = pages.timeline_svg(d.segments, 10)
     p = parse(svg)

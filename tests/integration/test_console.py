@@ -433,3 +433,29 @@ def test_browser_error_page_and_brokers(console, browser, tmp_path):
 def test_console_is_off_by_default(broker):
     # The shared broker of the integration tests sets no console.listener.
     assert "console on http://" not in broker.log_since_start()
+
+
+def test_pages_open_the_logs_a_restart_left_unopened(tmp_path):
+    # A single node opens a log on its first use after a restart; the console's pages open
+    # the ones they show (in a thread) and read them as a consumer would.
+    listener = "console.listener=http://127.0.0.1:0"
+    with running_broker(tmp_path / "b", listener) as b:
+        topic = "reopened"
+        cf_create_topic(b.bootstrap, topic, 3)
+        for partition in range(3):
+            produce(b.bootstrap, topic, make_records(5 + partition), partition=partition)
+        commit(b.bootstrap, "reopened-group", topic, 2)
+        b.restart()
+        m = re.search(r"console on http://127\.0\.0\.1:(\d+)/", b.log_since_start())
+        assert m is not None, b.tail()
+        url = f"http://127.0.0.1:{m.group(1)}/api"
+        status, _, body = http_get(f"{url}/topics/{topic}")
+        assert status == 200, body
+        parts = json.loads(body)["partitions"]
+        assert [(p["hosted"], p["high_watermark"]) for p in parts] == [
+            (True, 5), (True, 6), (True, 7)
+        ]  # fmt: skip
+        status, _, body = http_get(f"{url}/groups/reopened-group")
+        assert status == 200, body
+        (o,) = json.loads(body)["offsets"]
+        assert (o["committed_offset"], o["high_watermark"], o["lag"]) == (2, 5, 3)

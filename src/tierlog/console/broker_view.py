@@ -183,7 +183,8 @@ class FetchedBatches:
 
 class BrokerView(Protocol):
     """The broker's state, read on the event loop thread. Methods return None for a topic,
-    partition or group the broker does not know."""
+    partition or group the broker does not know. The async ones may wait for blocking work
+    (opening logs, remote reads) done in other threads."""
 
     def authorized(self, client_host: str, operation: str, resource_type: str, name: str) -> bool:
         """Whether the console's user -- anonymous: ``User:ANONYMOUS`` from ``client_host``
@@ -196,13 +197,16 @@ class BrokerView(Protocol):
 
     def topics(self) -> list[TopicSummary]: ...
 
-    def topic_partitions(self, topic: str) -> list[PartitionSummary] | None: ...
+    async def topic_partitions(self, topic: str) -> list[PartitionSummary] | None:
+        """Every partition of the topic (async: the broker may open their logs first, off
+        its event loop)."""
+        ...
 
-    def partition(self, topic: str, partition: int) -> PartitionDetail | None: ...
+    async def partition(self, topic: str, partition: int) -> PartitionDetail | None: ...
 
-    def groups(self) -> list[GroupSummary]: ...
+    async def groups(self) -> list[GroupSummary]: ...
 
-    def group(self, group_id: str) -> GroupDetail | None: ...
+    async def group(self, group_id: str) -> GroupDetail | None: ...
 
     async def offset_for_timestamp(self, topic: str, partition: int, timestamp: int) -> int:
         """The first offset whose timestamp is >= ``timestamp`` (remote segments included),

@@ -179,13 +179,13 @@ class ConsoleRoutes:
             case ["topics", topic]:
                 _query(query, ())
                 self._require(who, "DESCRIBE", "TOPIC", topic)
-                return self._topic(topic, api)
+                return await self._topic(topic, api)
             case ["topics", topic, "partitions", p]:
                 _query(query, ())
                 self._require(who, "DESCRIBE", "TOPIC", topic)
-                d = self.view.partition(topic, _partition_index(p))
+                d = await self.view.partition(topic, _partition_index(p))
                 if d is None:
-                    raise HttpError(404, self._missing_partition(topic, p))
+                    raise HttpError(404, await self._missing_partition(topic, p))
                 return _json(dataclasses.asdict(d)) if api else _html(pages.partition_page(d))
             case ["topics", topic, "partitions", p, "messages"]:
                 self._require(who, "DESCRIBE", "TOPIC", topic)
@@ -193,20 +193,20 @@ class ConsoleRoutes:
                 return await self._messages(topic, _partition_index(p), query, api)
             case ["tiering"]:
                 _query(query, ())
-                parts = [
-                    p
-                    for t in self._topics(who)
-                    if t.remote_storage
-                    for p in (self.view.topic_partitions(t.name) or [])
-                    if p.copy_lag_bytes is not None
-                ]
+                parts = []
+                for t in self._topics(who):
+                    if t.remote_storage:
+                        found = await self.view.topic_partitions(t.name) or []
+                        parts += [p for p in found if p.copy_lag_bytes is not None]
                 if api:
                     return _json([dataclasses.asdict(p) for p in parts])
                 return _html(pages.tiering_page(parts))
             case ["groups"]:
                 _query(query, ())
                 gs = [
-                    g for g in self.view.groups() if self._may(who, "DESCRIBE", "GROUP", g.group_id)
+                    g
+                    for g in await self.view.groups()
+                    if self._may(who, "DESCRIBE", "GROUP", g.group_id)
                 ]
                 return (
                     _json([dataclasses.asdict(g) for g in gs])
@@ -216,7 +216,7 @@ class ConsoleRoutes:
             case ["groups", group_id]:
                 _query(query, ())
                 self._require(who, "DESCRIBE", "GROUP", group_id)
-                g = self.view.group(group_id)
+                g = await self.view.group(group_id)
                 if g is None:
                     raise HttpError(404, f"no consumer group {group_id!r} on this broker")
                 g = self._visible_offsets(g, who)
@@ -234,9 +234,9 @@ class ConsoleRoutes:
             g, offsets=shown, summary=dataclasses.replace(g.summary, lag=lag)
         )
 
-    def _topic(self, topic: str, api: bool) -> HttpResponse:
+    async def _topic(self, topic: str, api: bool) -> HttpResponse:
         t = next((t for t in self.view.topics() if t.name == topic), None)
-        parts = self.view.topic_partitions(topic)
+        parts = await self.view.topic_partitions(topic)
         if t is None or parts is None:
             raise HttpError(404, f"no topic {topic!r}")
         if api:
@@ -248,8 +248,8 @@ class ConsoleRoutes:
             )
         return _html(pages.topic_page(t, parts))
 
-    def _missing_partition(self, topic: str, p: object) -> str:
-        parts = self.view.topic_partitions(topic)
+    async def _missing_partition(self, topic: str, p: object) -> str:
+        parts = await self.view.topic_partitions(topic)
         if parts is None:
             return f"no topic {topic!r}"
         return f"topic {topic!r} has no partition {p} (it has {len(parts)})"
@@ -259,9 +259,9 @@ class ConsoleRoutes:
         limit = _int("limit", q["limit"], 1, MAX_LIMIT) if "limit" in q else DEFAULT_LIMIT
         if "offset" in q and "timestamp" in q:
             raise HttpError(400, "give either offset or timestamp, not both")
-        d = self.view.partition(topic, partition)
+        d = await self.view.partition(topic, partition)
         if d is None:
-            raise HttpError(404, self._missing_partition(topic, partition))
+            raise HttpError(404, await self._missing_partition(topic, partition))
         s = d.summary
         if s.log_start_offset is None or s.high_watermark is None:
             raise HttpError(

@@ -7,8 +7,9 @@ What it reads, and how:
 
 * brokers and the controller: the cluster's metadata cache (ZooKeeper mode), or this node;
 * topics and partitions: the log manager's registry (a cluster's metadata for leadership);
-  topic sizes count only the logs already open, so listing topics opens none; a partition's
-  page opens its log as a fetch would;
+  topic sizes count only the logs already open, so listing topics opens none; a page showing
+  partitions (a topic's, a group's) first opens their logs in a thread (a single node opens a
+  log on its first use), then reads them on the event loop;
 * remote segments: the RemoteLogMetadataManager's cache (in memory); tiering lag: the
   RemoteLogManager's gauges (``RemoteCopyLagBytes``...), read, not recomputed;
 * ACLs: with an authorizer, the console's user is ``User:ANONYMOUS`` from the browser's
@@ -193,10 +194,28 @@ class ConsoleView:
             )
         return out
 
-    def topic_partitions(self, topic: str) -> list[PartitionSummary] | None:
+    async def _open_logs(self, tps: list[tuple[str, int]]) -> None:
+        """Open the logs of these partitions that are not open yet, in a thread (a single
+        node opens a log on its first use: recovery reads files), so that a page listing many
+        partitions does not hold the event loop."""
+        unopened = set(tps) - {(lg.topic, lg.partition) for lg in self._lm.all_logs()}
+        if not unopened:
+            return
+
+        def open_all() -> None:
+            for topic, index in sorted(unopened):
+                try:
+                    self._lm.get_log(topic, index)
+                except (KafkaStorageError, ApiError, KeyError, ValueError) as e:
+                    log.debug("console: cannot open %s-%d: %s", topic, index, e)
+
+        await asyncio.to_thread(open_all)
+
+    async def topic_partitions(self, topic: str) -> list[PartitionSummary] | None:
         found = self._topic_names().get(topic)
         if found is None:
             return None
+        await self._open_logs([(topic, i) for i in range(found[1])])
         return [self._summary(topic, i, self._partition(topic, i)) for i in range(found[1])]
 
     def _partition(self, topic: str, index: int) -> Partition | None:
@@ -205,10 +224,11 @@ class ConsoleView:
         except KafkaStorageError:
             return None
 
-    def partition(self, topic: str, partition: int) -> PartitionDetail | None:
+    async def partition(self, topic: str, partition: int) -> PartitionDetail | None:
         found = self._topic_names().get(topic)
         if found is None or not 0 <= partition < found[1]:
             return None
+        await self._open_logs([(topic, partition)])
         p = self._partition(topic, partition)
         summary = self._summary(topic, partition, p)
         if p is None:
@@ -363,14 +383,18 @@ class ConsoleView:
             sum(o.lag for o in offsets if o.lag is not None),
         )
 
-    def groups(self) -> list[GroupSummary]:
+    async def groups(self) -> list[GroupSummary]:
         gs = sorted(self._gc.group_manager.current_groups(), key=lambda g: g.group_id)
+        await self._open_logs([tp for g in gs for tp in g.offsets.copy()])
         return [self._group_summary(g, self._offsets(g)) for g in gs]
 
-    def group(self, group_id: str) -> GroupDetail | None:
+    async def group(self, group_id: str) -> GroupDetail | None:
         g = self._gc.group_manager.get_group(group_id)
         if g is None:
             return None
+        await self._open_logs(list(g.offsets.copy()))
+        if self._gc.group_manager.get_group(group_id) is not g:
+            return None  # unloaded or deleted meanwhile
         offsets = self._offsets(g)
         members = tuple(
             GroupMember(m.member_id, m.group_instance_id, m.client_id, m.client_host)
