@@ -5,7 +5,8 @@ baseline measured in the same run.
   ``--segments`` remote and local segments, vs ``json.dumps`` of the same values (what the
   JSON API does): the price of the HTML;
 * over HTTP, a real ``tierlog serve`` with tiered storage and a fully tiered topic: the
-  partition page's latency vs ``/api/brokers`` (an HTTP round trip that reads almost nothing);
+  partition page's latency, as HTML and as JSON, vs ``/api/brokers`` (an HTTP round trip that
+  reads almost nothing);
 * the message browser at offsets held only in remote storage, 20 records, once per remote
   segment (cold: the segment's indexes are fetched) and again (warm), vs a confluent-kafka
   consumer reading the same 20 records from the same offsets on the same broker.
@@ -113,6 +114,8 @@ def bench_broker(records: int) -> None:
             page_ms = _median_ms(lambda: _get(f"{url}/topics/{topic}/partitions/0"), 20)
             base_ms = _median_ms(lambda: _get(f"{url}/api/brokers"), 20)
             _line(f"GET partition page, {len(starts) + 1} segments", page_ms, "ms", base_ms)
+            api_ms = _median_ms(lambda: _get(f"{url}/api/topics/{topic}/partitions/0"), 20)
+            _line(f"GET partition JSON, {len(starts) + 1} segments", api_ms, "ms", base_ms)
 
             def browse(offset: int) -> None:
                 body = _get(f"{url}/api/topics/{topic}/partitions/0/messages?offset={offset}"

@@ -230,12 +230,17 @@ class ConsoleView:
             return None
         await self._open_logs([(topic, partition)])
         p = self._partition(topic, partition)
-        summary = self._summary(topic, partition, p)
         if p is None:
-            return PartitionDetail(summary, ())
-        return PartitionDetail(summary, (*self._remote_segments(p), *self._local_segments(p.log)))
+            return PartitionDetail(self._summary(topic, partition, None), ())
+        remote = self._remote_list(p)  # once: the summary and the rows agree
+        summary = self._summary(topic, partition, p, remote)
+        return PartitionDetail(
+            summary, (*self._remote_segments(remote or []), *self._local_segments(p.log))
+        )
 
-    def _summary(self, topic: str, index: int, p: Partition | None) -> PartitionSummary:
+    def _summary(
+        self, topic: str, index: int, p: Partition | None, remote_list: list[Any] | None = None
+    ) -> PartitionSummary:
         if p is None:
             leader, epoch = -1, -1
             replicas: tuple[int, ...] = ()
@@ -250,7 +255,9 @@ class ConsoleView:
             )  # fmt: skip
         lg = p.log
         lag = self._lag(p)
-        remote = self._remote_finished(p)
+        if remote_list is None:
+            remote_list = self._remote_list(p)
+        remote = None if remote_list is None else [m for m in remote_list if m.state == _FINISHED]
         tiered = self._tiered_here(p)
         return PartitionSummary(
             topic=topic,
@@ -305,7 +312,7 @@ class ConsoleView:
         segs = self._remote_finished(p)
         return None if segs is None else sum(m.segment_size_in_bytes for m in segs)
 
-    def _remote_segments(self, p: Partition) -> list[SegmentInfo]:
+    def _remote_segments(self, remote: list[Any]) -> list[SegmentInfo]:
         return [
             SegmentInfo(
                 "remote",
@@ -317,7 +324,7 @@ class ConsoleView:
                 m.max_timestamp_ms,
                 kafka_uuid_str(m.remote_log_segment_id.id),
             )
-            for m in self._remote_list(p) or []
+            for m in remote
         ]
 
     def _local_segments(self, lg: Log) -> list[SegmentInfo]:
