@@ -4,6 +4,7 @@ value, the page has the same elements as for a plain one and shows the text as i
 from __future__ import annotations
 
 import asyncio
+import itertools
 from dataclasses import replace
 from html.parser import HTMLParser
 
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from tests.console.fake_view import TOPIC, FakeView
 from tierlog.console import pages
+from tierlog.console.broker_view import PartitionDetail, SegmentInfo
 from tierlog.console.http import HttpRequest
 from tierlog.console.records_view import MessageRow, Shown, show_bytes
 from tierlog.console.routes import ConsoleRoutes
@@ -114,3 +116,34 @@ def _groups(svg: str) -> list[list[tuple[str, str | None]]]:
 
     G().feed(svg)
     return out
+
+
+def _segments(n: int) -> list[SegmentInfo]:
+    return [
+        SegmentInfo("remote", i * 10, i * 10 + 9, 100, (i // 1000,), "COPY_SEGMENT_FINISHED", i)
+        for i in range(n)
+    ]
+
+
+@given(st.integers(1, 3000), st.integers(1, 700))
+def test_merged_boxes_cover_the_same_offsets_and_bytes(n, max_boxes):
+    segs = _segments(n)
+    boxes = pages.merge_segments(segs, max_boxes)
+    assert len(boxes) <= max_boxes
+    assert boxes[0].start_offset == 0 and boxes[-1].end_offset == n * 10 - 1
+    for a, b in itertools.pairwise(boxes):
+        assert b.start_offset == a.end_offset + 1
+    assert sum(b.size_bytes for b in boxes) == 100 * n
+    assert {e for b in boxes for e in b.leader_epochs} == {i // 1000 for i in range(n)}
+    if n <= max_boxes:
+        assert boxes == segs
+
+
+def test_a_partition_of_many_segments_lists_the_oldest_and_newest():
+    d = PartitionDetail(asyncio.run(FakeView().partition(TOPIC, 0)).summary, tuple(_segments(5000)))
+    page = pages.partition_page(d)
+    assert page.count('<tr class="segment remote">') == pages.MAX_ROWS
+    assert page.count('<tr class="elided">') == 1
+    assert "4,000 segments not listed here" in "".join(parse(page).text)
+    assert pages.MAX_BOXES // 2 < page.count('class="seg seg-remote"') <= pages.MAX_BOXES
+    assert 'data-start="0" ' in page and 'data-end="49999"' in page

@@ -230,10 +230,43 @@ def topic_page(t: TopicSummary, parts: list[PartitionSummary]) -> str:
 _W, _LANE, _GAP = 1000, 34, 8
 
 
+#: Boxes per lane of the timeline, and rows of the segment table, at most (a partition with
+#: long retention may have tens of thousands of segments).
+MAX_BOXES = 600
+MAX_ROWS = 1000
+
+
+def merge_segments(segments: Sequence[SegmentInfo], max_boxes: int) -> list[SegmentInfo]:
+    """At most ``max_boxes`` boxes for one lane: runs of consecutive segments merged (offsets
+    from the first start to the last end, bytes summed, epochs joined, the state when they
+    share it, ``segment_id`` saying how many), or the segments themselves when few."""
+    if len(segments) <= max_boxes:
+        return list(segments)
+    k = -(-len(segments) // max_boxes)
+    out = []
+    for i in range(0, len(segments), k):
+        run = segments[i : i + k]
+        states = {s.state for s in run}
+        out.append(
+            SegmentInfo(
+                run[0].tier,
+                run[0].start_offset,
+                run[-1].end_offset,
+                sum(s.size_bytes for s in run),
+                tuple(sorted({e for s in run for e in s.leader_epochs})),
+                states.pop() if len(states) == 1 else "mixed",
+                max(s.max_timestamp_ms for s in run),
+                f"{len(run)} segments",
+            )
+        )
+    return out
+
+
 def timeline_svg(segments: Sequence[SegmentInfo], log_end_offset: int | None) -> str:
     """Remote and local segments on one offset axis: a lane per tier, each segment a box as
     wide as its offset range, labelled with its bytes; the tooltip gives offsets, bytes,
-    leader epochs and state."""
+    leader epochs and state. Past :data:`MAX_BOXES` segments in a lane, consecutive ones
+    share a box."""
     if not segments:
         return '<p class="muted" id="timeline">no segments</p>'
     lo = min(s.start_offset for s in segments)
@@ -243,7 +276,7 @@ def timeline_svg(segments: Sequence[SegmentInfo], log_end_offset: int | None) ->
     for lane, tier in enumerate(("remote", "local")):
         y = 20 + lane * (_LANE + _GAP)
         parts.append(f'<text x="4" y="{y + 21}" font-size="12">{tier}</text>')
-        for s in (s for s in segments if s.tier == tier):
+        for s in merge_segments([s for s in segments if s.tier == tier], MAX_BOXES):
             x = 60 + (s.start_offset - lo) * (_W - 70) / span
             w = max((s.end_offset + 1 - s.start_offset) * (_W - 70) / span, 2.0)
             color = {"remote": "#4a7bd0", "local": "#3aa363"}[tier]
@@ -251,8 +284,11 @@ def timeline_svg(segments: Sequence[SegmentInfo], log_end_offset: int | None) ->
                 color = "#9fd8ae"
             elif tier == "remote" and s.state != "COPY_SEGMENT_FINISHED":
                 color = "#b9c6dd"
+            merged = (
+                f", {s.segment_id}" if s.segment_id and s.segment_id.endswith(" segments") else ""
+            )
             tip = (
-                f"{tier} {s.start_offset}-{s.end_offset}, {_bytes(s.size_bytes)}, "
+                f"{tier} {s.start_offset}-{s.end_offset}{merged}, {_bytes(s.size_bytes)}, "
                 f"epochs {','.join(map(str, s.leader_epochs)) or '-'}, {s.state}"
             )
             label = (
@@ -293,13 +329,24 @@ def partition_page(d: PartitionDetail) -> str:
     )
     summary = _table(_PARTITION_HEADERS, _partition_rows([p], with_topic=True), "summary")
     rows = []
-    for s in d.segments:
+    shown = d.segments
+    elided = len(shown) - MAX_ROWS
+    if elided > 0:  # the oldest and the newest; the JSON API lists every one
+        shown = (*shown[: MAX_ROWS // 2], *shown[-MAX_ROWS // 2 :])
+    for s in shown:
         rows.append(
             f'<tr class="segment {s.tier}"><td class="{s.tier}">{s.tier}</td>'
             f'<td class="n">{s.start_offset}</td><td class="n">{s.end_offset}</td>'
             f'<td class="n">{_bytes(s.size_bytes)}</td>'
             f"{_td(','.join(map(str, s.leader_epochs)) or '-')}{_td(s.state)}"
             f"{_td(_time(s.max_timestamp_ms))}{_td(s.segment_id or '')}</tr>"
+        )
+    if elided > 0:
+        rows.insert(
+            MAX_ROWS // 2,
+            f'<tr class="elided"><td colspan="8" class="muted">{elided:,} segments not listed '
+            "here (the JSON API, /api/topics/&lt;topic&gt;/partitions/&lt;p&gt;, lists them all)"
+            "</td></tr>",
         )
     segments = _table(
         ["tier", "start offset", "end offset", "bytes", "leader epochs", "state",
