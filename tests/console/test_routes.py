@@ -161,3 +161,18 @@ def test_acls_leave_out_the_offsets_of_topics_not_described():
     v = FakeView(topic_name="hidden", denied={("DESCRIBE", "TOPIC", "hidden")})
     g = api(v, "/groups/g")
     assert g["offsets"] == [] and g["summary"]["lag"] == 0
+
+
+def test_a_read_of_only_transaction_markers_links_past_them():
+    from tierlog.records import build_batch, end_transaction_marker
+
+    key, value = end_transaction_marker(1, 0)
+    markers = build_batch([(5, key, value)], base_offset=0, is_control=True, is_transactional=True)
+    v = FakeView(reads=[FetchedBatches(markers, RECORDS, 0)])
+    page = api(v, f"/topics/{TOPIC}/partitions/0/messages?offset=0")
+    assert page["messages"] == [] and page["notice"] is None
+    assert page["next_offset"] == 1
+    # Fewer records than the limit in the bytes read: the next page starts past them.
+    page = api(FakeView(), f"/topics/{TOPIC}/partitions/0/messages?offset=0&limit=50")
+    assert [m["offset"] for m in page["messages"]] == list(range(6))
+    assert page["next_offset"] == 6

@@ -14,9 +14,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tierlog.records import COMPRESSION_NAMES, TIMESTAMP_TYPE_LOG_APPEND_TIME, iter_records
+from tierlog.records import (
+    COMPRESSION_NAMES,
+    TIMESTAMP_TYPE_LOG_APPEND_TIME,
+    iter_headers,
+    iter_records,
+)
 
-__all__ = ["MessageRow", "Shown", "decode_messages", "show_bytes"]
+__all__ = ["MessageRow", "Shown", "batches_end", "decode_messages", "show_bytes"]
 
 #: Bytes shown of a key, value or header value; the rest is cut (the length says how much).
 MAX_SHOWN_BYTES = 4096
@@ -106,3 +111,13 @@ def decode_messages(records: bytes, from_offset: int, limit: int) -> list[Messag
             if len(out) >= limit:
                 return out
     return out
+
+
+def batches_end(records: bytes) -> int | None:
+    """The offset after the last complete batch in ``records`` (None: no complete batch): where
+    the next page starts when this one ended before its limit (control batches, compacted
+    gaps)."""
+    end = None
+    for header in iter_headers(records):
+        end = header.next_offset
+    return end

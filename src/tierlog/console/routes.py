@@ -38,7 +38,7 @@ from urllib.parse import parse_qsl
 from tierlog.console import pages
 from tierlog.console.broker_view import BrokerView, FetchedBatches, GroupDetail, TopicSummary
 from tierlog.console.http import HttpError, HttpRequest, HttpResponse, split_path
-from tierlog.console.records_view import decode_messages
+from tierlog.console.records_view import batches_end, decode_messages
 from tierlog.errors import ApiError, TierlogError
 
 __all__ = ["ConsoleRoutes"]
@@ -310,7 +310,9 @@ class ConsoleRoutes:
             raise HttpError(503, f"cannot decode the records at offset {offset}: {e}") from None
         if not rows and not fetched.records:
             notice = "the read returned nothing in time (remote storage slow?): reload"
-        last = rows[-1].offset + 1 if rows else None
+        # Past the last row shown; or, when the read held fewer records than asked (transaction
+        # markers, compacted gaps), past what it read.
+        last = rows[-1].offset + 1 if len(rows) == limit else batches_end(fetched.records)
         nxt = last if last is not None and last < fetched.high_watermark else None
         return self._messages_answer(topic, partition, rows, asked, nxt, limit, api, notice)
 
