@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import io
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,8 @@ def open_browser() -> Any:
             "Debian's chromium and chromium-driver are not installed "
             "(apt-get install chromium chromium-driver)",
         )
+    # The paths are given: Selenium Manager must never try to download a browser or driver.
+    os.environ.setdefault("SE_OFFLINE", "true")
     webdriver = _import("selenium.webdriver", "selenium")
     service_mod = _import("selenium.webdriver.chrome.service", "selenium")
     options = webdriver.ChromeOptions()
