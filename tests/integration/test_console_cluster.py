@@ -126,3 +126,24 @@ def test_brokers_page_in_chromium(cluster, tmp_path):
         check_screenshot(browser, tmp_path / "cluster-brokers.png")
     finally:
         browser.quit()
+
+
+def test_a_topic_hosted_elsewhere_shows_the_clusters_view(cluster):
+    name = f"elsewhere-{uuid.uuid4().hex[:6]}"
+    cluster.create_topic(name, partitions=1, rf=1, **{"retention.ms": "123456789"})
+    leader = cluster.partitions(name)[0].leader
+    other = next(i for i in cluster.brokers if i != leader)
+    url = _console_url(cluster.brokers[other])
+
+    def listed() -> dict[str, Any] | None:
+        _, topics = _get(url + "/api/topics")
+        found = [t for t in topics if t["name"] == name]
+        return found[0] if found and found[0]["configs"] else None
+
+    t = wait_for(f"{name} with its configs on broker {other}", listed)
+    assert t["configs"] == {"retention.ms": "123456789"} and t["partitions"] == 1
+    _, topic = _get(f"{url}/api/topics/{name}")
+    (p,) = topic["partitions"]
+    assert (p["hosted"], p["leader"], p["high_watermark"]) == (False, leader, None)
+    status, page = _get(f"{url}/api/topics/{name}/partitions/0/messages?offset=0")
+    assert status == 404 and f"not hosted by this broker (leader: {leader})" in page["error"]

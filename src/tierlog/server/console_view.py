@@ -178,8 +178,14 @@ class ConsoleView:
         out = []
         for name, (tid, n) in sorted(self._topic_names().items()):
             info = self._lm.topic(name)
-            remote_enabled = bool(info is not None and info.config.remote_storage_enable)
-            configs = tuple(sorted(info.overrides.items())) if info is not None else ()
+            if info is not None:
+                remote_enabled = bool(info.config.remote_storage_enable)
+                configs = tuple(sorted(info.overrides.items()))
+            else:  # a topic this broker hosts no replica of: the cluster's view of it
+                tm = self._zk.metadata.topic(name) if self._zk is not None else None
+                overrides = dict(tm.configs) if tm is not None else {}
+                remote_enabled = overrides.get("remote.storage.enable", "").lower() == "true"
+                configs = tuple(sorted(overrides.items()))
             out.append(
                 TopicSummary(
                     name=name,
