@@ -11,11 +11,13 @@ $(STAMP): pyproject.toml setup.py
 	$(BIN)/python -m pip install -q -e '.[test,spark]'
 	touch $(STAMP)
 
-# The embedded defaults: data in ./data/logs, tiered storage on, remote storage in ./data/remote
+# The embedded defaults: data in ./data/logs, tiered storage on, remote storage in ./data/remote,
+# the web console on http://127.0.0.1:8080 (loopback only: it has no authentication)
 # (extra settings: make serve ARGS="--override key=value ...").
 serve: $(STAMP)
 	$(BIN)/tierlog serve --override remote.log.storage.system.enable=true \
-		--override rsm.config.uri=file://$(abspath data/remote) $(ARGS)
+		--override rsm.config.uri=file://$(abspath data/remote) \
+		--override console.listener=http://127.0.0.1:8080 $(ARGS)
 
 # A local cluster: ZooKeeper on 127.0.0.1:2181 and brokers 1-3 on 127.0.0.1:9092-9094, data in
 # ./data/cluster; Ctrl-C stops them all (extra settings: make cluster ARGS="--override k=v").

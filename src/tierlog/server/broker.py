@@ -4,13 +4,15 @@ Startup order: log manager (loads and recovers every log) → ``__consumer_offse
 storage when ``remote.log.storage.system.enable=true`` (``__remote_log_metadata``, remote
 storage, metadata manager, RemoteLogManager taking every tiered partition; see
 :mod:`tierlog.server.tiered_storage`) → replica manager → group coordinator (replays its
-partitions) → listeners. A line ``tierlog broker started: node N listening on host:port``
-on stderr says it is ready.
+partitions) → listeners → (cluster: joining it) → the web console when
+``console.listener`` is set (:mod:`tierlog.console`, over :mod:`tierlog.server.console_view`).
+A line ``tierlog broker started: node N listening on host:port`` on stderr says it is ready.
 
-Shutdown (SIGTERM, SIGINT/Ctrl-C): stop accepting and close the connections, stop the group
-coordinator (parked joins get NOT_COORDINATOR), wake parked fetches, stop tiered storage
-(tasks cancelled, metadata file caches written), then the log manager flushes every log and
-writes the checkpoints and the clean-shutdown marker, so the next start finds a clean log.
+Shutdown (SIGTERM, SIGINT/Ctrl-C): stop the console, stop accepting and close the
+connections, stop the group coordinator (parked joins get NOT_COORDINATOR), wake parked
+fetches, stop tiered storage (tasks cancelled, metadata file caches written), then the log
+manager flushes every log and writes the checkpoints and the clean-shutdown marker, so the
+next start finds a clean log.
 A second signal during shutdown is ignored: the flush must finish.
 """
 
@@ -27,6 +29,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from tierlog.console import ConsoleServer
 from tierlog.coordinator.group.group_coordinator import GroupCoordinator
 from tierlog.errors import TierlogError
 from tierlog.log.cleaner_metrics import register_cleaner_metrics
@@ -38,6 +41,7 @@ from tierlog.security.channel_builder import build_channel_builders
 from tierlog.security.credential_store import CredentialStore
 from tierlog.security.principal import ANONYMOUS, KafkaPrincipal
 from tierlog.server.broker_metrics import BrokerMetrics
+from tierlog.server.console_view import ConsoleView
 from tierlog.server.kafka_apis import BrokerEndpoint, KafkaApis
 from tierlog.server.kafka_config import KafkaConfig
 from tierlog.server.network import SocketServer
@@ -78,6 +82,8 @@ class Broker:
         self.tiered: TieredStorage | None = None
         #: The ``/metrics`` endpoint (None without ``metrics.port``).
         self.metrics: BrokerMetrics | None = None
+        #: The web console (None without ``console.listener``).
+        self.console: ConsoleServer | None = None
         self._tiered_task: asyncio.Task[None] | None = None
         #: Tiered storage in a cluster: the replicated metadata topic's client and its
         #: creation (retried until enough brokers are alive).
@@ -227,6 +233,8 @@ class Broker:
         )
         if zk_broker is not None:
             await self._join_cluster(zk_broker, rm, gc)
+        if c.console_listener is not None:
+            await self._start_console(c.console_listener, endpoints, authorizer)
         threading.Thread(target=_preload_schemas, name="preload-schemas", daemon=True).start()
         listening = ", ".join(f"{h}:{p}" for h, p in self.bound)
         log.info(
@@ -264,6 +272,36 @@ class Broker:
         port = metrics.start(c.metrics_port or 0, host)
         log.info("metrics on http://%s:%d/metrics", host, port)
         return metrics
+
+    async def _start_console(
+        self,
+        listener: tuple[str, int],
+        endpoints: dict[str, BrokerEndpoint],
+        authorizer: BrokerAuthorizer | None,
+    ) -> None:
+        """Serve the web console on ``console.listener`` (tierlog.console).
+
+        Raises:
+            OSError: the address cannot be bound.
+        """
+        assert self.log_manager is not None and self.replica_manager is not None
+        assert self.group_coordinator is not None
+        view = ConsoleView(
+            log_manager=self.log_manager,
+            replica_manager=self.replica_manager,
+            group_coordinator=self.group_coordinator,
+            node_id=self.config.node_id,
+            rack=self.config.broker_rack,
+            endpoints=endpoints,
+            zk_broker=self.zk_broker,
+            controller_active=self._controller_active,
+            authorizer=authorizer,
+        )
+        console = ConsoleServer(view)
+        host, port = await console.start(*listener)
+        self.console = console
+        shown = f"[{host}]" if ":" in host else host
+        log.info("console on http://%s:%d/ (read-only, no authentication)", shown, port)
 
     def _controller_active(self) -> bool:
         """A single node is its own controller; in a cluster, the winner of ``/controller``."""
@@ -553,6 +591,8 @@ class Broker:
                 )
             except Exception as e:
                 log.warning("controlled shutdown failed, shutting down anyway: %s", e)
+        if self.console is not None:
+            await self.console.stop()
         if self.server is not None:
             await self.server.stop()
         if self.group_coordinator is not None:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tierlog.console.console_server import parse_console_listener
 from tierlog.errors import ConfigError
 from tierlog.log.log_config import BROKER_SYNONYMS, LONG_MAX, TOPIC_CONFIGS, LogConfig
 from tierlog.security.security_config import (
@@ -171,6 +172,16 @@ def _unescape(s: str, where: str) -> str:
 def _roles(v: Any) -> str | None:
     bad = [r for r in v if r not in ("broker", "controller")]
     return f"unknown role {', '.join(bad)}; use broker and/or controller" if bad else None
+
+
+def _console_listener(v: Any) -> str | None:
+    if v is None:
+        return None
+    try:
+        parse_console_listener(v)
+    except ValueError as e:
+        return str(e)
+    return None
 
 
 _SINGLE = "tierlog is a single node"
@@ -346,6 +357,9 @@ _BROKER_ONLY: tuple[BrokerConfigDef, ...] = (
     # --- observability
     _d("metrics.port", "int", None, _between(0, 65535),
        "tierlog: port of the Prometheus /metrics endpoint (unset: no endpoint)."),
+    _d("console.listener", "string", None, _console_listener,
+       "tierlog: http://host:port of the read-only web console (unset: no console). It has "
+       "no authentication: keep it on loopback or behind an authenticating proxy."),
 )
 # fmt: on
 
@@ -647,6 +661,11 @@ class KafkaConfig:
             "remote.log.manager.task.retry.jitter"
         )
         self.metrics_port: int | None = get("metrics.port")
+        listener = get("console.listener")
+        #: (host, port) of the web console; None: no console.
+        self.console_listener: tuple[str, int] | None = (
+            None if listener is None else parse_console_listener(listener)
+        )
 
         # the cluster
         self.zookeeper_connect: str | None = get("zookeeper.connect")
