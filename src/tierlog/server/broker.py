@@ -27,6 +27,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from tierlog.coordinator.group.consumer_group import ConsumerGroupConfig
 from tierlog.coordinator.group.group_coordinator import GroupCoordinator
 from tierlog.errors import ConfigError, TierlogError
 from tierlog.log.cleaner_metrics import register_cleaner_metrics
@@ -38,6 +39,7 @@ from tierlog.security.channel_builder import build_channel_builders
 from tierlog.security.credential_store import CredentialStore
 from tierlog.security.principal import ANONYMOUS, KafkaPrincipal
 from tierlog.server.broker_metrics import BrokerMetrics
+from tierlog.server.handlers.consumer_group import current_topics
 from tierlog.server.kafka_apis import BrokerEndpoint, KafkaApis
 from tierlog.server.kafka_config import KafkaConfig
 from tierlog.server.network import SocketServer
@@ -160,6 +162,13 @@ class Broker:
             min_session_timeout_ms=c.group_min_session_timeout_ms,
             max_session_timeout_ms=c.group_max_session_timeout_ms,
             offsets_topic_num_partitions=num_offsets,
+            consumer_group_config=ConsumerGroupConfig(
+                session_timeout_ms=c.group_consumer_session_timeout_ms,
+                heartbeat_interval_ms=c.group_consumer_heartbeat_interval_ms,
+                max_size=c.group_consumer_max_size,
+                assignors=c.group_consumer_assignors,
+            ),
+            topics=lambda: current_topics(lm, zk_broker.metadata if zk_broker else None),
         )
         await gc.start(cluster=zk_broker is not None)
         self.group_coordinator = gc

@@ -173,6 +173,19 @@ def _roles(v: Any) -> str | None:
     return f"unknown role {', '.join(bad)}; use broker and/or controller" if bad else None
 
 
+_ASSIGNOR_CLASSES = {
+    "org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
+    "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range",
+}
+
+
+def _assignors(v: Any) -> str | None:
+    bad = [a for a in v if a not in ("uniform", "range") and a not in _ASSIGNOR_CLASSES]
+    if not v:
+        return "at least one assignor is needed (uniform, range)"
+    return f"unknown assignor {', '.join(bad)}; use uniform and/or range" if bad else None
+
+
 _SINGLE = "tierlog is a single node"
 _NO_TXN = "no transactions"
 _NO_PLUGIN = "the built-in plugins are configured by rsm.config.* and rlmm.config.*"
@@ -285,6 +298,14 @@ _BROKER_ONLY: tuple[BrokerConfigDef, ...] = (
        "How long the first rebalance of an empty group waits for more members."),
     _d("group.min.session.timeout.ms", "int", 6000, _min(0), "Smallest session timeout allowed."),
     _d("group.max.session.timeout.ms", "int", 1_800_000, _min(0), "Largest session timeout."),
+    _d("group.consumer.session.timeout.ms", "int", 45_000, _min(1),
+       "Session timeout of consumer-protocol (KIP-848) members."),
+    _d("group.consumer.heartbeat.interval.ms", "int", 5_000, _min(1),
+       "Heartbeat interval the coordinator gives consumer-protocol members."),
+    _d("group.consumer.max.size", "int", 2**31 - 1, _min(1),
+       "Most members of one consumer-protocol group (GROUP_MAX_SIZE_REACHED beyond)."),
+    _d("group.consumer.assignors", "list", ("uniform", "range"), _assignors,
+       "Server assignors of consumer-protocol groups; the first is the default."),
     _d("offsets.topic.num.partitions", "int", 50, _min(1),
        "Partitions of __consumer_offsets (fixed once created)."),
     _d("offsets.topic.replication.factor", "short", 3, _min(1),
@@ -590,6 +611,18 @@ class KafkaConfig:
                 f"{self.group_min_session_timeout_ms} is more than "
                 f"group.max.session.timeout.ms {self.group_max_session_timeout_ms}",
             )
+        self.group_consumer_session_timeout_ms: int = get("group.consumer.session.timeout.ms")
+        self.group_consumer_heartbeat_interval_ms: int = get("group.consumer.heartbeat.interval.ms")
+        if self.group_consumer_heartbeat_interval_ms >= self.group_consumer_session_timeout_ms:
+            raise ConfigError(
+                "group.consumer.heartbeat.interval.ms",
+                f"{self.group_consumer_heartbeat_interval_ms} must be less than "
+                f"group.consumer.session.timeout.ms {self.group_consumer_session_timeout_ms}",
+            )
+        self.group_consumer_max_size: int = get("group.consumer.max.size")
+        self.group_consumer_assignors: tuple[str, ...] = tuple(
+            _ASSIGNOR_CLASSES.get(a, a) for a in get("group.consumer.assignors")
+        )
         self.offsets_topic_num_partitions: int = get("offsets.topic.num.partitions")
         self.offsets_topic_segment_bytes: int = get("offsets.topic.segment.bytes")
         self.offsets_retention_ms: int = int(get("offsets.retention.minutes")) * 60_000
