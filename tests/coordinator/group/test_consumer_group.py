@@ -10,6 +10,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tierlog.coordinator.group.assignors import (
+    ASSIGNORS,
+    MemberSubscription,
+    range_assign,
+    uniform_assign,
+)
 from tierlog.coordinator.group.consumer_group import (
     ConsumerGroup,
     ConsumerGroupConfig,
@@ -291,3 +297,59 @@ def test_no_partition_is_ever_owned_twice(sequence, assignor):
         total = sum(count(m.assignment.assigned) for m in g.members.values())
         audit = any("audit" in m.subscribed_topic_names for m in g.members.values())
         assert total == 6 + (3 if audit else 0)
+
+
+# --------------------------------------------------------------------------- assignors
+
+
+def sub(*topics, previous=None):
+    return MemberSubscription(frozenset(topics), previous or {})
+
+
+def test_range_gives_consecutive_ranges_in_member_order():
+    out = range_assign({"b": sub(T1), "a": sub(T1, T2)}, {T1: 5, T2: 3})
+    assert out == {
+        "a": {T1: frozenset({0, 1, 2}), T2: frozenset({0, 1, 2})},
+        "b": {T1: frozenset({3, 4})},
+    }
+
+
+def test_uniform_is_sticky_when_a_member_joins():
+    first = uniform_assign({"a": sub(T1), "b": sub(T1)}, {T1: 6})
+    assert sorted(len(x[T1]) for x in first.values()) == [3, 3]
+    second = uniform_assign(
+        {"a": sub(T1, previous=first["a"]), "b": sub(T1, previous=first["b"]), "c": sub(T1)},
+        {T1: 6},
+    )
+    assert sorted(len(x[T1]) for x in second.values()) == [2, 2, 2]
+    assert second["a"][T1] <= first["a"][T1] and second["b"][T1] <= first["b"][T1]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["a", "b", "c", "d", "e"]),
+        st.sampled_from([(T1,), (T2,), (T1, T2)]),
+        min_size=1,
+    ),
+    st.integers(0, 12),
+    st.integers(0, 12),
+    st.sampled_from(["uniform", "range"]),
+)
+def test_assignors_give_each_partition_to_one_subscriber(subs, n1, n2, name):
+    topics = {T1: n1, T2: n2}
+    out = ASSIGNORS[name]({m: sub(*ts) for m, ts in subs.items()}, topics)
+    owners: dict[tuple[uuid.UUID, int], str] = {}
+    for member, assignment in out.items():
+        for t, ps in assignment.items():
+            assert t in subs[member]
+            for p in ps:
+                assert (t, p) not in owners
+                owners[(t, p)] = member
+    expected = {
+        (t, p) for t, n in topics.items() for p in range(n) if any(t in s for s in subs.values())
+    }
+    assert set(owners) == expected
+    if name == "uniform" and len(set(subs.values())) == 1:
+        sizes = [sum(len(ps) for ps in a.values()) for a in out.values()]
+        assert max(sizes) - min(sizes) <= 1
