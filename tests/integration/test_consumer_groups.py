@@ -431,3 +431,78 @@ def test_group_and_commits_survive_a_restart(tmp_path: Path):
         _pump([c], rest, 3.0)
         c.close()
         assert set(rest) == {f"after{i}".encode() for i in range(8)}
+
+
+def test_regex_subscription_picks_up_new_topics(kip848_broker):
+    """librdkafka sends a ``^`` subscription as SubscribedTopicRegex (Python's re, full match,
+    on the broker); a topic created later that matches is assigned too."""
+    b = kip848_broker
+    prefix = f"rx{uuid.uuid4().hex[:6]}"
+    cf_create_topic(b.bootstrap, f"{prefix}-one", 2)
+    cf_create_topic(b.bootstrap, f"other{prefix}", 1)
+    c = _consumer(b.bootstrap, f"g-{prefix}")
+    c.subscribe([f"^{prefix}-.*"])
+    seen: dict[bytes, int] = {}
+
+    def assigned() -> set[tuple[str, int]]:
+        return {(tp.topic, tp.partition) for tp in c.assignment()}
+
+    deadline = time.monotonic() + 60
+    while assigned() != {(f"{prefix}-one", 0), (f"{prefix}-one", 1)}:
+        assert time.monotonic() < deadline, assigned()
+        _pump([c], seen, 0.2)
+    cf_create_topic(b.bootstrap, f"{prefix}-two", 1)
+    cf_produce(b.bootstrap, f"{prefix}-two", [(None, b"late")])
+    while b"late" not in seen:
+        assert time.monotonic() < deadline, assigned()
+        _pump([c], seen, 0.2)
+    assert (f"{prefix}-two", 0) in assigned()
+    assert not any(t == f"other{prefix}" for t, _ in assigned())
+    w = WireClient(b.bootstrap)
+    d = w.call(
+        ConsumerGroupDescribeRequest(
+            group_ids=(f"g-{prefix}",), include_authorized_operations=False
+        )
+    ).groups[0]
+    w.close()
+    c.close()
+    (member,) = d.members
+    # the broker resolved it: librdkafka sends its regexes joined, each in parentheses
+    assert member.subscribed_topic_regex == f"(^{prefix}-.*)"
+    assert member.subscribed_topic_names == ()
+
+
+def test_static_member_comes_back_to_its_partitions(kip848_broker):
+    """group.instance.id: a static member that closes (epoch -2) keeps its partitions for its
+    session; its successor with the same instance id gets them back at the same group epoch,
+    and the other member is never disturbed."""
+    b = kip848_broker
+    topic, group = f"st-{uuid.uuid4().hex[:8]}", f"gst-{uuid.uuid4().hex[:8]}"
+    cf_create_topic(b.bootstrap, topic, 4)
+    seen: dict[bytes, int] = {}
+    one = _consumer(b.bootstrap, group, **{"group.instance.id": "one"})
+    two = _consumer(b.bootstrap, group, **{"group.instance.id": "two"})
+    for c in (one, two):
+        c.subscribe([topic])
+    first = _settle([one, two], seen, 4)
+    epoch = _wait_stable(b.bootstrap, group, 2)
+    w = WireClient(b.bootstrap)
+
+    def described():
+        return w.call(
+            ConsumerGroupDescribeRequest(group_ids=(group,), include_authorized_operations=False)
+        ).groups[0]
+
+    before = described()
+    one.close()
+    again = _consumer(b.bootstrap, group, **{"group.instance.id": "one"})
+    again.subscribe([topic])
+    back = _settle([again, two], seen, 4)
+    assert back == first
+    after = described()
+    w.close()
+    assert after.group_epoch == before.group_epoch  # no rebalance
+    assert {m.instance_id for m in after.members} == {"one", "two"}
+    assert len(epoch.members) == 2
+    again.close()
+    two.close()
