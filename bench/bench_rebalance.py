@@ -84,7 +84,11 @@ def main() -> None:
     args = ap.parse_args()
     with (
         tempfile.TemporaryDirectory() as tmp,
-        running_broker(Path(tmp) / "b", "group.consumer.heartbeat.interval.ms=500") as b,
+        running_broker(
+            Path(tmp) / "b",
+            "group.consumer.heartbeat.interval.ms=500",
+            "group.consumer.min.heartbeat.interval.ms=100",
+        ) as b,
     ):
         topic = "rebalance"
         cf_create_topic(b.bootstrap, topic, PARTITIONS)

@@ -21,6 +21,13 @@ from confluent_kafka import (
     KafkaException,
     TopicPartition,
 )
+from confluent_kafka.admin import (
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    ResourceType,
+)
 from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest
 from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest
 from kio.schema.join_group.v5.request import JoinGroupRequest, JoinGroupRequestProtocol
@@ -45,6 +52,8 @@ from tests.integration.wire import WireClient
 FAST_GROUPS = (
     "group.consumer.heartbeat.interval.ms=300",
     "group.consumer.session.timeout.ms=6000",
+    "group.consumer.min.heartbeat.interval.ms=100",
+    "group.consumer.min.session.timeout.ms=1000",
 )
 
 
@@ -506,3 +515,61 @@ def test_static_member_comes_back_to_its_partitions(kip848_broker):
     assert len(epoch.members) == 2
     again.close()
     two.close()
+
+
+def _group_configs(admin, group: str) -> dict[str, tuple[str, ConfigSource]]:
+    res = ConfigResource(ResourceType.GROUP, group)
+    entries = admin.describe_configs([res])[res].result(15)
+    return {n: (e.value, ConfigSource(e.source)) for n, e in entries.items()}
+
+
+def test_group_configs_change_the_heartbeat_interval_and_survive_a_restart(tmp_path: Path):
+    with running_broker(tmp_path / "b", *FAST_GROUPS) as b:
+        group = "configured"
+        admin = cf_admin(b.bootstrap)
+        assert _group_configs(admin, group) == {
+            "consumer.heartbeat.interval.ms": ("300", ConfigSource.DEFAULT_CONFIG),
+            "consumer.session.timeout.ms": ("6000", ConfigSource.DEFAULT_CONFIG),
+        }
+
+        def alter(name: str, value: str | None):
+            op = AlterConfigOpType.SET if value is not None else AlterConfigOpType.DELETE
+            res = ConfigResource(
+                ResourceType.GROUP,
+                group,
+                incremental_configs=[ConfigEntry(name, value, incremental_operation=op)],
+            )
+            return admin.incremental_alter_configs([res])[res]
+
+        alter("consumer.heartbeat.interval.ms", "700").result(15)
+        assert _group_configs(admin, group)["consumer.heartbeat.interval.ms"] == (
+            "700",
+            ConfigSource.GROUP_CONFIG,
+        )
+        cf_create_topic(b.bootstrap, "cfg", 1)
+        w = WireClient(b.bootstrap)
+        r = w.call(_heartbeat(group, str(uuid.uuid4()), 0, topics=("cfg",)))
+        assert r.error_code.value == 0 and r.heartbeat_interval.total_seconds() == 0.7
+        w.close()
+
+        # Kafka's bounds and names, each with its message (INVALID_CONFIG)
+        for name, value, message in (
+            ("consumer.heartbeat.interval.ms", "50", "greater than or equal to"),
+            ("consumer.session.timeout.ms", "600000", "less than or equal to"),
+            ("consumer.heartbeat.interval.ms", "6000", "must be less than"),
+            ("consumer.session.timeout.ms", "soon", "is not an integer"),
+            ("consumer.rebalance.timeout.ms", "1", "unknown group config"),
+        ):
+            with pytest.raises(KafkaException, match=message) as info:
+                alter(name, value).result(15)
+            assert info.value.args[0].code() == KafkaError.INVALID_CONFIG
+
+        assert b.stop() == 0
+        b.start()
+        admin = cf_admin(b.bootstrap)
+        assert _group_configs(admin, group)["consumer.heartbeat.interval.ms"] == (
+            "700",
+            ConfigSource.GROUP_CONFIG,
+        )
+        alter("consumer.heartbeat.interval.ms", None).result(15)
+        assert _group_configs(admin, group)["consumer.heartbeat.interval.ms"][0] == "300"

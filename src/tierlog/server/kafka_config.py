@@ -302,6 +302,14 @@ _BROKER_ONLY: tuple[BrokerConfigDef, ...] = (
        "Session timeout of consumer-protocol (KIP-848) members."),
     _d("group.consumer.heartbeat.interval.ms", "int", 5_000, _min(1),
        "Heartbeat interval the coordinator gives consumer-protocol members."),
+    _d("group.consumer.min.session.timeout.ms", "int", 45_000, _min(1),
+       "Smallest consumer.session.timeout.ms a group config may set."),
+    _d("group.consumer.max.session.timeout.ms", "int", 60_000, _min(1),
+       "Largest consumer.session.timeout.ms a group config may set."),
+    _d("group.consumer.min.heartbeat.interval.ms", "int", 5_000, _min(1),
+       "Smallest consumer.heartbeat.interval.ms a group config may set."),
+    _d("group.consumer.max.heartbeat.interval.ms", "int", 15_000, _min(1),
+       "Largest consumer.heartbeat.interval.ms a group config may set."),
     _d("group.consumer.max.size", "int", 2**31 - 1, _min(1),
        "Most members of one consumer-protocol group (GROUP_MAX_SIZE_REACHED beyond)."),
     _d("group.consumer.assignors", "list", ("uniform", "range"), _assignors,
@@ -619,6 +627,24 @@ class KafkaConfig:
                 f"{self.group_consumer_heartbeat_interval_ms} must be less than "
                 f"group.consumer.session.timeout.ms {self.group_consumer_session_timeout_ms}",
             )
+        self.group_consumer_bounds: tuple[int, int, int, int] = (
+            get("group.consumer.min.session.timeout.ms"),
+            get("group.consumer.max.session.timeout.ms"),
+            get("group.consumer.min.heartbeat.interval.ms"),
+            get("group.consumer.max.heartbeat.interval.ms"),
+        )
+        for key, value, lo, hi in (
+            ("group.consumer.session.timeout.ms", self.group_consumer_session_timeout_ms,
+             *self.group_consumer_bounds[:2]),
+            ("group.consumer.heartbeat.interval.ms", self.group_consumer_heartbeat_interval_ms,
+             *self.group_consumer_bounds[2:]),
+        ):  # fmt: skip
+            if not lo <= value <= hi:
+                low, high = (
+                    key.replace("consumer.", "consumer.min."),
+                    key.replace("consumer.", "consumer.max."),
+                )
+                raise ConfigError(key, f"{value} is not between {low} {lo} and {high} {hi}")
         self.group_consumer_max_size: int = get("group.consumer.max.size")
         self.group_consumer_assignors: tuple[str, ...] = tuple(
             _ASSIGNOR_CLASSES.get(a, a) for a in get("group.consumer.assignors")

@@ -40,6 +40,7 @@ from tierlog.coordinator.group.consumer_group import (
     TopicImage,
 )
 from tierlog.coordinator.group.current_assignment_builder import MemberState
+from tierlog.coordinator.group.group_config import effective_config
 from tierlog.coordinator.group.group_metadata_manager import GroupMetadataManager
 from tierlog.errors import ApiError, GroupIdNotFound, InvalidRequest, UnknownServerError
 
@@ -109,8 +110,8 @@ class ConsumerGroupCoordinator:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._session_timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
         self._rebalance_timers: dict[tuple[str, str], tuple[int, asyncio.TimerHandle]] = {}
-        #: Per group overrides of the session timeout and heartbeat interval (group configs).
-        self.group_configs: dict[str, ConsumerGroupConfig] = {}
+        #: Group configs (resource type 32): per group overrides, by Kafka's names.
+        self.group_configs: dict[str, dict[str, int]] = {}
         manager.on_consumer_group_loaded = self._on_loaded
         manager.on_consumer_group_unloaded = self._on_unloaded
 
@@ -124,7 +125,9 @@ class ConsumerGroupCoordinator:
             self._on_unloaded(group)
 
     def config_for(self, group_id: str) -> ConsumerGroupConfig:
-        return self.group_configs.get(group_id, self.config)
+        """The broker's settings with the group's configs on top."""
+        overrides = self.group_configs.get(group_id)
+        return self.config if not overrides else effective_config(self.config, overrides)
 
     # ================================================================== heartbeat
 
