@@ -43,13 +43,21 @@ Not thread-safe: one event loop owns every group. Heartbeats are not idempotent.
 from __future__ import annotations
 
 import enum
-import re
 import uuid
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from tierlog.coordinator.group.assignors import ASSIGNORS, MemberSubscription
+from tierlog.coordinator.group.consumer_group_member import (
+    ConsumerGroupConfig,
+    ConsumerGroupMember,
+    HeartbeatRequest,
+    HeartbeatResult,
+    TopicImage,
+    compile_regex,
+    is_subset,
+)
 from tierlog.coordinator.group.consumer_group_records import (
     CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_KEY_TYPE as _CURRENT_ASSIGNMENT,
 )
@@ -84,7 +92,6 @@ from tierlog.errors import (
     FencedInstanceId,
     FencedMemberEpoch,
     GroupMaxSizeReached,
-    InvalidRegularExpression,
     InvalidRequest,
     StaleMemberEpoch,
     UnknownMemberId,
@@ -120,116 +127,6 @@ class ConsumerGroupState(enum.Enum):
     RECONCILING = "Reconciling"
     STABLE = "Stable"
     DEAD = "Dead"
-
-
-@dataclass(frozen=True, slots=True)
-class TopicImage:
-    """A topic as the coordinator sees it now."""
-
-    topic_id: uuid.UUID
-    num_partitions: int
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerGroupConfig:
-    """Kafka's ``group.consumer.*`` settings (broker-wide, or a group's own overrides)."""
-
-    session_timeout_ms: int = 45_000
-    heartbeat_interval_ms: int = 5_000
-    max_size: int = 2**31 - 1
-    assignors: tuple[str, ...] = ("uniform", "range")
-
-
-@dataclass(frozen=True, slots=True)
-class HeartbeatRequest:
-    """ConsumerGroupHeartbeat's fields; None means "unchanged since the last heartbeat"."""
-
-    member_id: str
-    member_epoch: int
-    instance_id: str | None = None
-    rack_id: str | None = None
-    rebalance_timeout_ms: int = -1
-    subscribed_topic_names: tuple[str, ...] | None = None
-    subscribed_topic_regex: str | None = None
-    server_assignor: str | None = None
-    owned_topic_partitions: Assignment | None = None
-    client_id: str = ""
-    client_host: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class HeartbeatResult:
-    """The answer: ``assignment`` is None when the member need not be told it again."""
-
-    member_id: str
-    member_epoch: int
-    assignment: Assignment | None
-
-
-@dataclass(slots=True)
-class ConsumerGroupMember:
-    """One member (Kafka's ``ConsumerGroupMember``)."""
-
-    member_id: str
-    instance_id: str | None = None
-    rack_id: str | None = None
-    client_id: str = ""
-    client_host: str = ""
-    subscribed_topic_names: tuple[str, ...] = ()
-    subscribed_topic_regex: str | None = None
-    server_assignor: str | None = None
-    rebalance_timeout_ms: int = -1
-    assignment: MemberAssignment = field(default_factory=MemberAssignment)
-
-    @property
-    def member_epoch(self) -> int:
-        return self.assignment.member_epoch
-
-    @property
-    def state(self) -> MemberState:
-        return self.assignment.state
-
-    def metadata_value(self) -> ConsumerGroupMemberMetadataValue:
-        return ConsumerGroupMemberMetadataValue(
-            self.instance_id,
-            self.rack_id,
-            self.client_id,
-            self.client_host,
-            self.subscribed_topic_names,
-            self.subscribed_topic_regex,
-            self.rebalance_timeout_ms,
-            self.server_assignor,
-        )
-
-    def subscribes_to(self, topic: str) -> bool:
-        if topic in self.subscribed_topic_names:
-            return True
-        regex = self.subscribed_topic_regex
-        return regex is not None and _compile(regex).fullmatch(topic) is not None
-
-
-_REGEX_CACHE: dict[str, re.Pattern[str]] = {}
-
-
-def _compile(regex: str) -> re.Pattern[str]:
-    """Raises:
-    InvalidRegularExpression: not a valid expression."""
-    pattern = _REGEX_CACHE.get(regex)
-    if pattern is None:
-        try:
-            pattern = re.compile(regex)
-        except re.error as exc:
-            raise InvalidRegularExpression(f"Invalid regular expression {regex!r}: {exc}") from None
-        if len(_REGEX_CACHE) > 1024:
-            _REGEX_CACHE.clear()
-        _REGEX_CACHE[regex] = pattern
-    return pattern
-
-
-def _is_subset(owned: Assignment | None, assigned: Assignment) -> bool:
-    if owned is None:
-        return True
-    return all(ps <= assigned.get(t, frozenset()) for t, ps in owned.items())
 
 
 class ConsumerGroup:
@@ -393,7 +290,7 @@ class ConsumerGroup:
                 + "."
             )
         if req.subscribed_topic_regex:
-            _compile(req.subscribed_topic_regex)
+            compile_regex(req.subscribed_topic_regex)
 
     def _member_for(
         self, req: HeartbeatRequest, config: ConsumerGroupConfig
@@ -435,7 +332,7 @@ class ConsumerGroup:
             req.member_epoch < epoch
             and (
                 req.member_epoch != member.assignment.previous_member_epoch
-                or not _is_subset(req.owned_topic_partitions, member.assignment.assigned)
+                or not is_subset(req.owned_topic_partitions, member.assignment.assigned)
             )
         ):
             raise FencedMemberEpoch(
