@@ -206,3 +206,16 @@ async def test_a_fenced_epoch_and_an_unknown_group():
     r = await coord.consumer_groups.heartbeat("nope", HeartbeatRequest("a", 1))
     assert r.error_code == GROUP_ID_NOT_FOUND
     await coord.stop()
+
+
+@async_test
+async def test_an_invalid_join_changes_no_group():
+    coord = await coordinator()
+    await coord.commit_offsets("simple", -1, "", None, {("orders", 0): (1, -1, "")})
+    r = await coord.consumer_groups.heartbeat("simple", join_req("s", server_assignor="sticky"))
+    assert r.error_code == 112  # UNSUPPORTED_ASSIGNOR
+    r = await coord.consumer_groups.heartbeat("fresh", join_req("s", rebalance_timeout_ms=-1))
+    assert r.error_code == 42  # INVALID_REQUEST
+    assert [g[0] for g in coord.group_manager.list_groups()] == ["simple"]
+    assert coord.group_manager.list_consumer_groups() == []
+    await coord.stop()

@@ -109,6 +109,7 @@ __all__ = [
     "HeartbeatRequest",
     "HeartbeatResult",
     "TopicImage",
+    "validate_heartbeat",
 ]
 
 LEAVE_GROUP_MEMBER_EPOCH = -1
@@ -127,6 +128,44 @@ class ConsumerGroupState(enum.Enum):
     RECONCILING = "Reconciling"
     STABLE = "Stable"
     DEAD = "Dead"
+
+
+def validate_heartbeat(req: HeartbeatRequest, config: ConsumerGroupConfig) -> None:
+    """Kafka's ``throwIfConsumerGroupHeartbeatRequestIsInvalid``: checks that need no group.
+
+    Raises:
+        InvalidRequest, UnsupportedAssignor, InvalidRegularExpression.
+    """
+    if not req.member_id:
+        raise InvalidRequest("MemberId can't be empty.")
+    if req.instance_id is not None and not req.instance_id:
+        raise InvalidRequest("InstanceId can't be empty.")
+    if req.rack_id is not None and not req.rack_id:
+        raise InvalidRequest("RackId can't be empty.")
+    if req.member_epoch == 0:
+        if req.rebalance_timeout_ms == -1:
+            raise InvalidRequest("RebalanceTimeoutMs must be provided in first request.")
+        if req.owned_topic_partitions is None or any(req.owned_topic_partitions.values()):
+            raise InvalidRequest("TopicPartitions must be empty when (re-)joining.")
+        if req.subscribed_topic_names is None and req.subscribed_topic_regex is None:
+            raise InvalidRequest(
+                "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
+            )
+    elif req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+        if req.instance_id is None:
+            raise InvalidRequest(
+                "InstanceId can't be null when MemberEpoch is -2 (static member leaving)."
+            )
+    elif req.member_epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+        raise InvalidRequest(f"MemberEpoch {req.member_epoch} is invalid.")
+    if req.server_assignor is not None and req.server_assignor not in config.assignors:
+        raise UnsupportedAssignor(
+            f"ServerAssignor {req.server_assignor} is not supported. Supported assignors: "
+            + ", ".join(config.assignors)
+            + "."
+        )
+    if req.subscribed_topic_regex:
+        compile_regex(req.subscribed_topic_regex)
 
 
 class ConsumerGroup:
@@ -196,7 +235,7 @@ class ConsumerGroup:
             FencedMemberEpoch, FencedInstanceId, UnreleasedInstanceId, GroupMaxSizeReached:
                 the request's error; the group is unchanged.
         """
-        self._validate(req, config)
+        validate_heartbeat(req, config)
         if req.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
             return self._leave(req, topics, config)
         member, bump = self._member_for(req, config)
@@ -258,39 +297,6 @@ class ConsumerGroup:
             current.member_epoch,
             current.assignment.assigned if send else None,
         )
-
-    def _validate(self, req: HeartbeatRequest, config: ConsumerGroupConfig) -> None:
-        """Kafka's ``throwIfConsumerGroupHeartbeatRequestIsInvalid``."""
-        if not req.member_id:
-            raise InvalidRequest("MemberId can't be empty.")
-        if req.instance_id is not None and not req.instance_id:
-            raise InvalidRequest("InstanceId can't be empty.")
-        if req.rack_id is not None and not req.rack_id:
-            raise InvalidRequest("RackId can't be empty.")
-        if req.member_epoch == 0:
-            if req.rebalance_timeout_ms == -1:
-                raise InvalidRequest("RebalanceTimeoutMs must be provided in first request.")
-            if req.owned_topic_partitions is None or any(req.owned_topic_partitions.values()):
-                raise InvalidRequest("TopicPartitions must be empty when (re-)joining.")
-            if req.subscribed_topic_names is None and req.subscribed_topic_regex is None:
-                raise InvalidRequest(
-                    "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
-                )
-        elif req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-            if req.instance_id is None:
-                raise InvalidRequest(
-                    "InstanceId can't be null when MemberEpoch is -2 (static member leaving)."
-                )
-        elif req.member_epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
-            raise InvalidRequest(f"MemberEpoch {req.member_epoch} is invalid.")
-        if req.server_assignor is not None and req.server_assignor not in config.assignors:
-            raise UnsupportedAssignor(
-                f"ServerAssignor {req.server_assignor} is not supported. Supported assignors: "
-                + ", ".join(config.assignors)
-                + "."
-            )
-        if req.subscribed_topic_regex:
-            compile_regex(req.subscribed_topic_regex)
 
     def _member_for(
         self, req: HeartbeatRequest, config: ConsumerGroupConfig
@@ -453,10 +459,13 @@ class ConsumerGroup:
 
     def _refresh_subscription_metadata(self, topics: Mapping[str, TopicImage]) -> bool:
         """Recompute the subscribed topics' metadata; True when it changed."""
-        subscribed: dict[str, TopicImage] = {}
-        for name, image in topics.items():
-            if any(m.subscribes_to(name) for m in self.members.values()):
-                subscribed[name] = image
+        names = {n for m in self.members.values() for n in m.subscribed_topic_names}
+        subscribed = {n: topics[n] for n in names if n in topics}
+        # Regexes scan every topic, once per distinct expression (usually one per group).
+        regexes = {r for m in self.members.values() if (r := m.subscribed_topic_regex)}
+        for regex in regexes:
+            pattern = compile_regex(regex)
+            subscribed.update((n, t) for n, t in topics.items() if pattern.fullmatch(n))
         if subscribed == self.subscription_metadata:
             return False
         self.subscription_metadata = subscribed

@@ -38,6 +38,7 @@ from tierlog.coordinator.group.consumer_group import (
     ConsumerGroupMember,
     HeartbeatRequest,
     TopicImage,
+    validate_heartbeat,
 )
 from tierlog.coordinator.group.current_assignment_builder import MemberState
 from tierlog.coordinator.group.group_config import effective_config
@@ -140,6 +141,7 @@ class ConsumerGroupCoordinator:
             return HeartbeatAnswer(err)
         config = self.config_for(group_id)
         try:
+            validate_heartbeat(req, config)  # before a group is created or converted
             group = self._group_for_heartbeat(group_id, req)
             topics = manager.topics()
             result = group.heartbeat(req, topics, config)
