@@ -232,7 +232,10 @@ def test_records_replay_into_the_same_group():
 # --------------------------------------------------------------------------- hypothesis
 
 ops = st.lists(
-    st.tuples(st.sampled_from(["join", "leave", "beat", "ack", "fence"]), st.integers(0, 4)),
+    st.tuples(
+        st.sampled_from(["join", "leave", "beat", "ack", "fence", "sleave", "sback"]),
+        st.integers(0, 5),
+    ),
     min_size=1,
     max_size=40,
 )
@@ -253,13 +256,30 @@ def check_ownership(g: ConsumerGroup) -> None:
 def test_no_partition_is_ever_owned_twice(sequence, assignor):
     config = ConsumerGroupConfig(assignors=(assignor,))
     g = ConsumerGroup("g")
+    rejoins = 0
+
+    def rejoin(n: int) -> None:
+        """A static member (every third) comes back under a new member id."""
+        nonlocal rejoins
+        rejoins += 1
+        g.heartbeat(
+            HeartbeatRequest(
+                f"m{n}-{rejoins}", 0, instance_id=f"i{n}", rebalance_timeout_ms=1,
+                subscribed_topic_names=("orders",) if n % 2 else ("orders", "audit"),
+                owned_topic_partitions={},
+            ),
+            TOPICS,
+            config,
+        )  # fmt: skip
+
     for op, n in sequence:
-        mid = f"m{n}"
+        static = n % 3 == 0
+        mid = g.static_members.get(f"i{n}", f"m{n}")
         member = g.members.get(mid)
         if op == "join" and member is None:
             g.heartbeat(
                 HeartbeatRequest(
-                    mid, 0, rebalance_timeout_ms=1,
+                    mid, 0, instance_id=f"i{n}" if static else None, rebalance_timeout_ms=1,
                     subscribed_topic_names=("orders",) if n % 2 else ("orders", "audit"),
                     owned_topic_partitions={},
                 ),
@@ -268,6 +288,13 @@ def test_no_partition_is_ever_owned_twice(sequence, assignor):
             )  # fmt: skip
         elif member is None:
             continue
+        elif member.member_epoch == -2:
+            if op == "sback":
+                rejoin(n)
+            elif op in ("fence", "leave"):  # its session expires
+                g.fence_member(mid, TOPICS, config)
+        elif op == "sleave" and static:
+            g.heartbeat(HeartbeatRequest(mid, -2, instance_id=f"i{n}"), TOPICS, config)
         elif op == "leave":
             g.heartbeat(HeartbeatRequest(mid, -1), TOPICS, config)
         elif op == "fence":
@@ -284,6 +311,10 @@ def test_no_partition_is_ever_owned_twice(sequence, assignor):
         check_ownership(g)
     # Then every member keeps heartbeating and acknowledging: the group settles with every
     # partition owned exactly once.
+    for m in list(g.members.values()):
+        if m.member_epoch == -2:
+            assert m.instance_id is not None
+            rejoin(int(m.instance_id[1:]))
     for _ in range(len(g.members) * 3 + 2):
         for mid in list(g.members):
             m = g.members[mid]
@@ -292,6 +323,19 @@ def test_no_partition_is_ever_owned_twice(sequence, assignor):
                 HeartbeatRequest(mid, m.member_epoch, owned_topic_partitions=owned), TOPICS, config
             )
             check_ownership(g)
+    # The records written along the way replay into the same group (what a restart loads).
+    loaded = ConsumerGroup("g")
+    for k, v in g.records:
+        key = decode_consumer_group_key(k)
+        assert key is not None
+        loaded.replay(key, v)
+    loaded.finish_loading(TOPICS)
+    assert (loaded.group_epoch, loaded.assignment_epoch) == (g.group_epoch, g.assignment_epoch)
+    assert {m: x.assignment for m, x in loaded.members.items()} == {
+        m: x.assignment for m, x in g.members.items()
+    }
+    assert loaded.target_assignment == g.target_assignment
+    assert loaded.partition_epochs == g.partition_epochs
     if g.members:
         assert g.state is ConsumerGroupState.STABLE
         total = sum(count(m.assignment.assigned) for m in g.members.values())
