@@ -44,6 +44,7 @@ from kio.schema.offset_fetch.v9.request import (
 )
 from kio.static.primitive import i32, i32Timedelta
 
+from tests.integration import wire
 from tests.integration.clients import cf_admin, cf_create_topic, cf_produce, kp_admin
 from tests.integration.conftest import BrokerProcess, running_broker
 from tests.integration.wire import WireClient
@@ -573,3 +574,23 @@ def test_group_configs_change_the_heartbeat_interval_and_survive_a_restart(tmp_p
         )
         alter("consumer.heartbeat.interval.ms", None).result(15)
         assert _group_configs(admin, group)["consumer.heartbeat.interval.ms"][0] == "300"
+
+
+def test_heartbeat_v0_gets_a_member_id_from_the_coordinator(kip848_broker):
+    b = kip848_broker
+    topic = f"v0-{uuid.uuid4().hex[:8]}"
+    cf_create_topic(b.bootstrap, topic, 1)
+    w = WireClient(b.bootstrap)
+    v0 = wire.request_class(68, 0)
+    r = w.call(
+        v0(
+            group_id=f"g{topic}",
+            member_id="",
+            member_epoch=i32(0),
+            rebalance_timeout=i32Timedelta.parse(_td(30_000)),
+            subscribed_topic_names=(topic,),
+            topic_partitions=(),
+        )
+    )
+    w.close()
+    assert r.error_code.value == 0 and len(r.member_id) == 32 and r.member_epoch == 1

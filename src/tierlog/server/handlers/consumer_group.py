@@ -79,8 +79,12 @@ def handle_consumer_group_heartbeat(apis: KafkaApis, ev: Request) -> Any:
         code = denied or CoordinatorNotAvailable.error_code
         return build(cls, {"throttle_time": 0, "error_code": code, "member_epoch": 0})
     names = req.subscribed_topic_names
+    member_id = req.member_id
+    if ev.api_version == 0 and not member_id and req.member_epoch == 0:
+        # v0: the coordinator names a joining member (v1+: the client does, KIP-1082)
+        member_id = uuid.uuid4().hex
     hb = HeartbeatRequest(
-        member_id=req.member_id,
+        member_id=member_id,
         member_epoch=req.member_epoch,
         instance_id=req.instance_id,
         rack_id=req.rack_id,
