@@ -397,3 +397,25 @@ def test_assignors_give_each_partition_to_one_subscriber(subs, n1, n2, name):
     if name == "uniform" and len(set(subs.values())) == 1:
         sizes = [sum(len(ps) for ps in a.values()) for a in out.values()]
         assert max(sizes) - min(sizes) <= 1
+
+
+def test_the_previous_epoch_is_accepted_only_with_owned_partitions_it_still_has():
+    """The answer that moved a member to a new epoch was lost: it may heartbeat with its
+    previous epoch if what it reports owning is part of its assignment (Kafka's rule)."""
+    g = ConsumerGroup("g")
+    join(g, "a")
+    join(g, "b")
+    beat(g, "a")
+    ack(g, "a")  # a moves from epoch 1 to 2
+    assert g.members["a"].member_epoch == 2
+    mine = dict(g.members["a"].assignment.assigned)
+    r = g.heartbeat(HeartbeatRequest("a", 1, owned_topic_partitions=mine), TOPICS, CONFIG)
+    assert r.member_epoch == 2 and r.assignment == mine
+    with pytest.raises(FencedMemberEpoch, match="smaller member epoch"):
+        g.heartbeat(HeartbeatRequest("a", 1), TOPICS, CONFIG)
+    with pytest.raises(FencedMemberEpoch):
+        g.heartbeat(
+            HeartbeatRequest("a", 1, owned_topic_partitions={T1: frozenset(range(6))}),
+            TOPICS,
+            CONFIG,
+        )

@@ -136,6 +136,8 @@ def compile_regex(regex: str) -> re.Pattern[str]:
 
 
 def is_subset(owned: Assignment | None, assigned: Assignment) -> bool:
+    """Whether the partitions a heartbeat reports are all in ``assigned``; a heartbeat that
+    reports none (None) is not (Kafka's ``isSubset``)."""
     if owned is None:
-        return True
+        return False
     return all(ps <= assigned.get(t, frozenset()) for t, ps in owned.items())
