@@ -30,6 +30,7 @@ from confluent_kafka.admin import (
 )
 from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest
 from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest
+from kio.schema.consumer_group_heartbeat.v1.request import TopicPartitions as HbTopicPartitions
 from kio.schema.join_group.v5.request import JoinGroupRequest, JoinGroupRequestProtocol
 from kio.schema.list_groups.v5.request import ListGroupsRequest
 from kio.schema.offset_commit.v9.request import (
@@ -594,3 +595,62 @@ def test_heartbeat_v0_gets_a_member_id_from_the_coordinator(kip848_broker):
     )
     w.close()
     assert r.error_code.value == 0 and len(r.member_id) == 32 and r.member_epoch == 1
+
+
+def _owned(response) -> set[int]:
+    if response.assignment is None:
+        return set()
+    return {p for tp in response.assignment.topic_partitions for p in tp.partitions}
+
+
+def test_a_partition_moves_only_after_its_owner_revoked_it(kip848_broker):
+    """Kafka's unreleased partitions, with a raw member (W) and librdkafka (C): C is not given
+    a partition W still owns; W acknowledging its revocation releases two to C; W then going
+    silent past its session is fenced and C gets everything."""
+    b = kip848_broker
+    topic, group = f"rev-{uuid.uuid4().hex[:8]}", f"grev-{uuid.uuid4().hex[:8]}"
+    cf_create_topic(b.bootstrap, topic, 4)
+    w = WireClient(b.bootstrap)
+    wid = str(uuid.uuid4())
+    r = w.call(_heartbeat(group, wid, 0, topics=(topic,)))
+    assert r.error_code.value == 0 and _owned(r) == {0, 1, 2, 3}
+    topic_id = r.assignment.topic_partitions[0].topic_id
+    epoch = r.member_epoch
+
+    c = _consumer(b.bootstrap, group)
+    c.subscribe([topic])
+    seen: dict[bytes, int] = {}
+
+    def c_assigned() -> set[int]:
+        _pump([c], seen, 0.1)
+        return {tp.partition for tp in c.assignment()}
+
+    # W heartbeats (so its session lasts) until C's arrival tells it to keep only two; it
+    # stays at its epoch until it acknowledges, and C gets nothing meanwhile.
+    deadline = time.monotonic() + 30
+    keep: set[int] = set()
+    while not keep:
+        assert time.monotonic() < deadline
+        assert c_assigned() == set()
+        r = w.call(_heartbeat(group, wid, epoch))
+        assert r.error_code.value == 0 and r.member_epoch == epoch
+        keep = _owned(r)
+    assert len(keep) == 2
+    d = w.call(
+        ConsumerGroupDescribeRequest(group_ids=(group,), include_authorized_operations=False)
+    ).groups[0]
+    assert d.group_state == "Reconciling" and len(d.members) == 2
+    for _ in range(5):
+        assert c_assigned() == set()  # the other two are still W's until it says so
+    owned = (HbTopicPartitions(topic_id=topic_id, partitions=tuple(i32(p) for p in keep)),)
+    r = w.call(_heartbeat(group, wid, epoch, owned=owned))
+    assert r.error_code.value == 0 and r.member_epoch > epoch
+    deadline = time.monotonic() + 30
+    while c_assigned() != {0, 1, 2, 3} - keep:
+        assert time.monotonic() < deadline, c.assignment()
+    # W goes silent: its session (6 s) expires, it is fenced and C gets all four.
+    w.close()
+    deadline = time.monotonic() + 30
+    while c_assigned() != {0, 1, 2, 3}:
+        assert time.monotonic() < deadline, c.assignment()
+    c.close()
