@@ -87,12 +87,38 @@ def _pump(consumers: list[CfConsumer], seen: dict[bytes, int], seconds: float) -
                 seen[m.value()] = seen.get(m.value(), 0) + 1
 
 
-def _settle(consumers, seen, partitions: int, timeout: float = 60) -> list[list[int]]:
+def _settle(
+    consumers,
+    seen,
+    partitions: int,
+    timeout: float = 60,
+    *,
+    check: WireClient | None = None,
+    group: str = "",
+) -> list[list[int]]:
     """Poll every consumer until their assignments cover every partition exactly once (and
-    each has some), then return them."""
+    each has some), then return them. With ``check``, the coordinator's view is read at each
+    round too (one atomic snapshot): no partition is ever assigned to two members."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         _pump(consumers, seen, 0.2)
+        if check is not None:
+            members = (
+                check.call(
+                    ConsumerGroupDescribeRequest(
+                        group_ids=(group,), include_authorized_operations=False
+                    )
+                )
+                .groups[0]
+                .members
+            )
+            given = [
+                (tp.topic_id, p)
+                for m in members
+                for tp in m.assignment.topic_partitions
+                for p in tp.partitions
+            ]
+            assert len(given) == len(set(given)), f"a partition assigned twice: {members}"
         assigned = [sorted(tp.partition for tp in c.assignment()) for c in consumers]
         flat = sorted(p for a in assigned for p in a)
         if flat == list(range(partitions)) and all(assigned):
@@ -122,16 +148,17 @@ def test_three_members_rebalance_on_join_and_leave(kip848_broker):
     values = [f"r{i}".encode() for i in range(600)]
     cf_produce(b.bootstrap, topic, [(None, v) for v in values])
     seen: dict[bytes, int] = {}
+    w = WireClient(b.bootstrap)
 
     a = _consumer(b.bootstrap, group)
     a.subscribe([topic])
-    assert _settle([a], seen, 6) == [[0, 1, 2, 3, 4, 5]]
+    assert _settle([a], seen, 6, check=w, group=group) == [[0, 1, 2, 3, 4, 5]]
     b2 = _consumer(b.bootstrap, group)
     b2.subscribe([topic])
-    assert sorted(len(x) for x in _settle([a, b2], seen, 6)) == [3, 3]
+    assert sorted(len(x) for x in _settle([a, b2], seen, 6, check=w, group=group)) == [3, 3]
     c = _consumer(b.bootstrap, group)
     c.subscribe([topic])
-    assert sorted(len(x) for x in _settle([a, b2, c], seen, 6)) == [2, 2, 2]
+    assert sorted(len(x) for x in _settle([a, b2, c], seen, 6, check=w, group=group)) == [2, 2, 2]
 
     d = _wait_stable(b.bootstrap, group, 3)
     assert d.type == ConsumerGroupType.CONSUMER
@@ -145,11 +172,12 @@ def test_three_members_rebalance_on_join_and_leave(kip848_broker):
     for x in (a, b2, c):
         x.commit(asynchronous=False)
     b2.close()  # leaves the group (epoch -1): the others take its partitions
-    assert sorted(len(x) for x in _settle([a, c], seen, 6)) == [3, 3]
+    assert sorted(len(x) for x in _settle([a, c], seen, 6, check=w, group=group)) == [3, 3]
     a.close()
-    assert _settle([c], seen, 6) == [[0, 1, 2, 3, 4, 5]]
+    assert _settle([c], seen, 6, check=w, group=group) == [[0, 1, 2, 3, 4, 5]]
     _pump([c], seen, 1.0)
     c.close()
+    w.close()
     assert set(seen) == set(values)  # at least once
     # Without commits between rebalances some records come twice, never more than once per
     # member that owned the partition.
