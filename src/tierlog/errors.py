@@ -356,6 +356,38 @@ class FencedInstanceId(ApiError):
     description = "The broker rejected this static consumer since another consumer with the same group.instance.id has registered with a different member.id."
 
 
+class GroupMaxSizeReached(ApiError):
+    error_code = 81
+    description = "The consumer group has reached its max size."
+
+
+class FencedMemberEpoch(ApiError):
+    """KIP-848: the member epoch is not the one the coordinator expects."""
+
+    error_code = 110
+    description = "The member epoch is fenced by the group coordinator. The member must abandon all its partitions and rejoin."
+
+
+class UnreleasedInstanceId(ApiError):
+    error_code = 111
+    description = "The instance ID is still used by another member in the consumer group. That member must leave first."
+
+
+class UnsupportedAssignor(ApiError):
+    error_code = 112
+    description = "The assignor or its version range is not supported by the consumer group."
+
+
+class StaleMemberEpoch(ApiError):
+    error_code = 113
+    description = "The member epoch is stale. The member must retry after receiving its updated member epoch via the ConsumerGroupHeartbeat API."
+
+
+class InvalidRegularExpression(ApiError):
+    error_code = 128
+    description = "The regular expression is not valid."
+
+
 class InvalidRecord(ApiError):
     error_code = 87
     description = "This record has failed the validation on broker and hence will be rejected."

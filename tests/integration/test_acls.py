@@ -607,6 +607,13 @@ MATRIX: list[tuple[str, int, int, dict[str, Any], int]] = [
     ("DeleteAcls", 31, 3, {"filters": [
         {"resource_type_filter": 2, "resource_name_filter": "x", "pattern_type_filter": 3,
          "operation": 1, "permission_type": 1}]}, 31),
+    ("ConsumerGroupHeartbeat", 68, 1, {"group_id": G, "member_id": "acl-m", "member_epoch": 0,
+                                       "rebalance_timeout": 30_000,
+                                       "subscribed_topic_names": [T], "topic_partitions": []},
+     30),
+    ("ConsumerGroupDescribe", 69, 1, {"group_ids": [G]}, 30),
+    ("DescribeConfigs, a group", 32, 4, {"resources": [
+        {"resource_type": 32, "resource_name": G, "configuration_keys": None}]}, 30),
 ]  # fmt: skip
 AUTHORIZATION_ERRORS = {29, 30, 31, 53}
 TOPIC_, GROUP_, CLUSTER_, TXN_ = 2, 3, 4, 5
@@ -646,6 +653,9 @@ NEEDS: dict[str, list[tuple[int, str, int]]] = {
     "DescribeAcls": [(CLUSTER_, KC, DESCRIBE)],
     "CreateAcls": [(CLUSTER_, KC, ALTER)],
     "DeleteAcls": [(CLUSTER_, KC, ALTER)],
+    "ConsumerGroupHeartbeat": [(GROUP_, G, READ)],
+    "ConsumerGroupDescribe": [(GROUP_, G, DESCRIBE)],
+    "DescribeConfigs, a group": [(GROUP_, G, DESCRIBE_CONFIGS)],
 }
 #: PLAIN-only users of the matrix: one per row, holding exactly that row's ACLs.
 ROW_USERS = {f"row{i}": f"row{i}-pw" for i in range(len(MATRIX))}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -159,6 +160,30 @@ def test_consumer_group_lag_is_produced_minus_committed(mbroker, unique):
     labels = {"group": group, "topic": topic, "partition": "0"}
     assert value(s, "kafka_consumergroup_current_offset", **labels) == committed
     assert value(s, "kafka_consumergroup_lag", **labels) == produced - committed
+
+
+def test_lag_of_a_consumer_protocol_group_too(mbroker, unique):
+    """A KIP-848 group's commits count like a classic group's."""
+    b = mbroker
+    topic, group = f"lag848-{unique}", f"g848-{unique}"
+    cf_create_topic(b.bootstrap, topic, 1)
+    cf_produce(b.bootstrap, topic, [(None, b"x%d" % i) for i in range(30)], partition=0)
+    c = Consumer(
+        {"bootstrap.servers": b.bootstrap, "group.id": group, "group.protocol": "consumer"}
+    )
+    try:
+        c.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while not c.assignment():
+            assert time.monotonic() < deadline, "no assignment"
+            c.poll(0.1)
+        c.commit(offsets=[TopicPartition(topic, 0, 7)], asynchronous=False)
+        s = scrape(b)
+    finally:
+        c.close()
+    labels = {"group": group, "topic": topic, "partition": "0"}
+    assert value(s, "kafka_consumergroup_current_offset", **labels) == 7
+    assert value(s, "kafka_consumergroup_lag", **labels) == 30 - 7
 
 
 def test_describe_log_dirs_with_kafka_python(mbroker, unique):

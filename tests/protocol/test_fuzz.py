@@ -3,13 +3,17 @@ and every request that does parse can be answered."""
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import struct
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kio.index import load_request_schema
+from kio.static.primitive import i32, i32Timedelta
 
+from tests.integration.wire import encode as wire_encode
 from tierlog.errors import NotCoordinator, RemoteProtocolError
 from tierlog.protocol import (
     ADVERTISED,
@@ -22,8 +26,22 @@ from tierlog.protocol import (
     error_response,
 )
 
-from .helpers import frame, kp_request, record_batch
+from .helpers import KP_CLASSES, frame, kp_request, record_batch
 from .test_connection import fetch_request, metadata_request, produce_request
+
+
+def _kip848_request(api_key: int, version: int) -> Any:
+    cls = load_request_schema(api_key, version)
+    if api_key == ApiKey.CONSUMER_GROUP_DESCRIBE:
+        return cls(group_ids=("g",), include_authorized_operations=False)
+    return cls(
+        group_id="g",
+        member_id="m",
+        member_epoch=i32(0),
+        rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+        subscribed_topic_names=("t",),
+        topic_partitions=(),
+    )
 
 
 def _corpus() -> list[bytes]:
@@ -31,6 +49,13 @@ def _corpus() -> list[bytes]:
         frame(kp_request(k, v, **({"acks": 1} if k == ApiKey.PRODUCE else {})), correlation_id=v)
         for k, (lo, hi) in sorted(ADVERTISED.items())
         for v in range(lo, hi + 1)
+        if (k, "request") in KP_CLASSES
+    ]
+    # kafka-python has no KIP-848 messages: kio's own writer builds them.
+    out += [
+        wire_encode(_kip848_request(k, v), correlation_id=v)
+        for k in (ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE)
+        for v in range(ADVERTISED[k][0], ADVERTISED[k][1] + 1)
     ]
     out += [
         frame(metadata_request(12, ["a", "bb"])),

@@ -356,6 +356,7 @@ def test_group_round_trip_over_the_wire(client):
         )
     )
     assert sync.error_code == 0 and sync.assignment == b"a"
+    metadata(client, "x")  # auto-creates it: a commit to an unknown topic is refused
     cls, m = req(8, 8)
     commit = client.call(
         cls(

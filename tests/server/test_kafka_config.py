@@ -500,3 +500,23 @@ def test_create_log_manager_is_wired_from_the_config(tmp_path):
         assert lm.create_topic("t", 1, {}).config.segment_size == 5000
     finally:
         lm.shutdown()
+
+
+def test_consumer_group_settings_and_their_bounds():
+    c = KafkaConfig.from_file(None, ["log.dirs=/x", "group.consumer.assignors=range,uniform"])
+    assert c.group_consumer_assignors == ("range", "uniform")
+    assert (c.group_consumer_session_timeout_ms, c.group_consumer_heartbeat_interval_ms) == (
+        45_000,
+        5_000,
+    )
+    classes = "org.apache.kafka.coordinator.group.assignor.UniformAssignor"
+    c = KafkaConfig.from_file(None, ["log.dirs=/x", f"group.consumer.assignors={classes}"])
+    assert c.group_consumer_assignors == ("uniform",)
+    for bad, message in (
+        ("group.consumer.assignors=sticky", "unknown assignor sticky"),
+        ("group.consumer.session.timeout.ms=40000", "is not between"),
+        ("group.consumer.heartbeat.interval.ms=50000", "must be less than"),
+    ):
+        with pytest.raises(ConfigError) as e:
+            KafkaConfig.from_file(None, ["log.dirs=/x", bad])
+        assert message in str(e.value), str(e.value)

@@ -95,6 +95,8 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
 
 
 # api key: (advertised min, advertised max). Comments: the highest version each client sends
@@ -140,6 +142,9 @@ ADVERTISED: Final[Mapping[int, tuple[int, int]]] = MappingProxyType(
         ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),  # -/0/-/-
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),  # -/0/-/-
         ApiKey.DESCRIBE_CLUSTER: (0, 2),  # kio 0-2
+        # KIP-848; v1 (Kafka 4): the client generates its member id. librdkafka 2.16 sends v1.
+        ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),  # kio 0-1
+        ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),  # kio 0-1 (v1 adds member_type)
     }
 )
 

@@ -318,12 +318,14 @@ def create_topic_error(ctx: RequestContext, topic: str) -> int:
 def config_resource_error(
     ctx: RequestContext, op: AclOperation, resource_type: int, name: str
 ) -> int:
-    """DescribeConfigs/AlterConfigs on a resource (2 topic: 29; 4 broker, 8 broker logger:
-    the cluster, 31)."""
+    """DescribeConfigs/AlterConfigs on a resource (2 topic: 29; 32 group: 30; 4 broker, 8
+    broker logger: the cluster, 31)."""
     if getattr(ctx, "authorizer", None) is None:
         return 0
     if resource_type == 2:
         return topic_error(ctx, op, name)
+    if resource_type == 32:
+        return group_error(ctx, op, name)
     return cluster_error(ctx, op)
 
 
@@ -360,5 +362,7 @@ def require_config_resource(
     code = config_resource_error(ctx, op, resource_type, name)
     if code == TOPIC_AUTHORIZATION_FAILED:
         raise TopicAuthorizationFailed()
+    if code == GROUP_AUTHORIZATION_FAILED:
+        raise GroupAuthorizationFailed()
     if code:
         raise ClusterAuthorizationFailed()

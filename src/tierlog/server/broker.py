@@ -27,11 +27,14 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tierlog.console import ConsoleServer
+from tierlog.coordinator.group.consumer_group import ConsumerGroupConfig
+from tierlog.coordinator.group.group_config import GroupConfigBounds, validate_group_config
 from tierlog.coordinator.group.group_coordinator import GroupCoordinator
-from tierlog.errors import TierlogError
+from tierlog.errors import ConfigError, TierlogError
 from tierlog.log.cleaner_metrics import register_cleaner_metrics
 from tierlog.log.file_handle_cache import file_handle_cache
 from tierlog.log.log_manager import LogManager
@@ -42,6 +45,8 @@ from tierlog.security.credential_store import CredentialStore
 from tierlog.security.principal import ANONYMOUS, KafkaPrincipal
 from tierlog.server.broker_metrics import BrokerMetrics
 from tierlog.server.console_view import ConsoleView
+from tierlog.server.group_config_store import GROUP_CONFIGS_FILE, load_group_configs
+from tierlog.server.handlers.consumer_group import current_topics
 from tierlog.server.kafka_apis import BrokerEndpoint, KafkaApis
 from tierlog.server.kafka_config import KafkaConfig
 from tierlog.server.network import SocketServer
@@ -181,7 +186,16 @@ class Broker:
             min_session_timeout_ms=c.group_min_session_timeout_ms,
             max_session_timeout_ms=c.group_max_session_timeout_ms,
             offsets_topic_num_partitions=num_offsets,
+            consumer_group_config=ConsumerGroupConfig(
+                session_timeout_ms=c.group_consumer_session_timeout_ms,
+                heartbeat_interval_ms=c.group_consumer_heartbeat_interval_ms,
+                max_size=c.group_consumer_max_size,
+                assignors=c.group_consumer_assignors,
+            ),
+            topics=lambda: current_topics(lm, zk_broker.metadata if zk_broker else None),
         )
+        if zk_broker is None:
+            gc.consumer_groups.group_configs = self._load_group_configs(gc)
         await gc.start(cluster=zk_broker is not None)
         self.group_coordinator = gc
         authorizer = await self._start_authorizer()
@@ -322,6 +336,24 @@ class Broker:
             for p in t.partitions.values()
             if p.leader < 0 or p.leader not in alive
         )
+
+    def _load_group_configs(self, gc: GroupCoordinator) -> dict[str, dict[str, int]]:
+        """Group configs from ``<first log dir>/group-configs.json``, checked again (the
+        broker's bounds may have changed).
+
+        Raises:
+            ConfigError: the file is unreadable or holds a config out of bounds.
+        """
+        c = self.config
+        path = Path(c.log_dirs[0]) / GROUP_CONFIGS_FILE
+        bounds = GroupConfigBounds(*c.group_consumer_bounds)
+        out = {}
+        for group, overrides in load_group_configs(path).items():
+            try:
+                out[group] = validate_group_config(overrides, gc.consumer_groups.config, bounds)
+            except ConfigError as exc:
+                raise ConfigError(str(path), f"group {group}: {exc}") from None
+        return out
 
     async def _start_authorizer(self) -> BrokerAuthorizer | None:
         """The ACLs (authorizer.class.name): a file in the first log dir on a single node,

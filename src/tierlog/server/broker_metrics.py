@@ -350,7 +350,12 @@ class _BrokerStateCollector(Collector):
             LAG_PREFIX + "current_offset", "The group's committed offset.", labels=labels
         )
         gc = self._gc()
-        groups: list[Any] = list(gc.group_manager.current_groups()) if gc is not None else []
+        groups: list[Any] = []
+        if gc is not None:  # classic and KIP-848 consumer groups alike
+            groups = [
+                *gc.group_manager.current_groups(),
+                *gc.group_manager.consumer_groups.values(),
+            ]
         for g in groups:
             for (topic, partition), committed in sorted(g.offsets.copy().items()):
                 values = [g.group_id, topic, str(partition)]

@@ -184,6 +184,19 @@ def _console_listener(v: Any) -> str | None:
     return None
 
 
+_ASSIGNOR_CLASSES = {
+    "org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
+    "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range",
+}
+
+
+def _assignors(v: Any) -> str | None:
+    bad = [a for a in v if a not in ("uniform", "range") and a not in _ASSIGNOR_CLASSES]
+    if not v:
+        return "at least one assignor is needed (uniform, range)"
+    return f"unknown assignor {', '.join(bad)}; use uniform and/or range" if bad else None
+
+
 _SINGLE = "tierlog is a single node"
 _NO_TXN = "no transactions"
 _NO_PLUGIN = "the built-in plugins are configured by rsm.config.* and rlmm.config.*"
@@ -296,6 +309,22 @@ _BROKER_ONLY: tuple[BrokerConfigDef, ...] = (
        "How long the first rebalance of an empty group waits for more members."),
     _d("group.min.session.timeout.ms", "int", 6000, _min(0), "Smallest session timeout allowed."),
     _d("group.max.session.timeout.ms", "int", 1_800_000, _min(0), "Largest session timeout."),
+    _d("group.consumer.session.timeout.ms", "int", 45_000, _min(1),
+       "Session timeout of consumer-protocol (KIP-848) members."),
+    _d("group.consumer.heartbeat.interval.ms", "int", 5_000, _min(1),
+       "Heartbeat interval the coordinator gives consumer-protocol members."),
+    _d("group.consumer.min.session.timeout.ms", "int", 45_000, _min(1),
+       "Smallest consumer.session.timeout.ms a group config may set."),
+    _d("group.consumer.max.session.timeout.ms", "int", 60_000, _min(1),
+       "Largest consumer.session.timeout.ms a group config may set."),
+    _d("group.consumer.min.heartbeat.interval.ms", "int", 5_000, _min(1),
+       "Smallest consumer.heartbeat.interval.ms a group config may set."),
+    _d("group.consumer.max.heartbeat.interval.ms", "int", 15_000, _min(1),
+       "Largest consumer.heartbeat.interval.ms a group config may set."),
+    _d("group.consumer.max.size", "int", 2**31 - 1, _min(1),
+       "Most members of one consumer-protocol group (GROUP_MAX_SIZE_REACHED beyond)."),
+    _d("group.consumer.assignors", "list", ("uniform", "range"), _assignors,
+       "Server assignors of consumer-protocol groups; the first is the default."),
     _d("offsets.topic.num.partitions", "int", 50, _min(1),
        "Partitions of __consumer_offsets (fixed once created)."),
     _d("offsets.topic.replication.factor", "short", 3, _min(1),
@@ -607,6 +636,36 @@ class KafkaConfig:
                 f"{self.group_min_session_timeout_ms} is more than "
                 f"group.max.session.timeout.ms {self.group_max_session_timeout_ms}",
             )
+        self.group_consumer_session_timeout_ms: int = get("group.consumer.session.timeout.ms")
+        self.group_consumer_heartbeat_interval_ms: int = get("group.consumer.heartbeat.interval.ms")
+        if self.group_consumer_heartbeat_interval_ms >= self.group_consumer_session_timeout_ms:
+            raise ConfigError(
+                "group.consumer.heartbeat.interval.ms",
+                f"{self.group_consumer_heartbeat_interval_ms} must be less than "
+                f"group.consumer.session.timeout.ms {self.group_consumer_session_timeout_ms}",
+            )
+        self.group_consumer_bounds: tuple[int, int, int, int] = (
+            get("group.consumer.min.session.timeout.ms"),
+            get("group.consumer.max.session.timeout.ms"),
+            get("group.consumer.min.heartbeat.interval.ms"),
+            get("group.consumer.max.heartbeat.interval.ms"),
+        )
+        for key, value, lo, hi in (
+            ("group.consumer.session.timeout.ms", self.group_consumer_session_timeout_ms,
+             *self.group_consumer_bounds[:2]),
+            ("group.consumer.heartbeat.interval.ms", self.group_consumer_heartbeat_interval_ms,
+             *self.group_consumer_bounds[2:]),
+        ):  # fmt: skip
+            if not lo <= value <= hi:
+                low, high = (
+                    key.replace("consumer.", "consumer.min."),
+                    key.replace("consumer.", "consumer.max."),
+                )
+                raise ConfigError(key, f"{value} is not between {low} {lo} and {high} {hi}")
+        self.group_consumer_max_size: int = get("group.consumer.max.size")
+        self.group_consumer_assignors: tuple[str, ...] = tuple(
+            _ASSIGNOR_CLASSES.get(a, a) for a in get("group.consumer.assignors")
+        )
         self.offsets_topic_num_partitions: int = get("offsets.topic.num.partitions")
         self.offsets_topic_segment_bytes: int = get("offsets.topic.segment.bytes")
         self.offsets_retention_ms: int = int(get("offsets.retention.minutes")) * 60_000

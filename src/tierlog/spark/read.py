@@ -106,7 +106,14 @@ def _read_from_broker(
         conn: BrokerConnection | None = None
         in_flight = -1  # offset of the fetch in flight on `conn`
         failures = 0
+        failing_since = 0.0  # when the current run of failures began
         last_progress = time.monotonic()
+
+        def retry_or_raise(e: BaseException) -> int:
+            nonlocal failing_since
+            if failures == 0:
+                failing_since = time.monotonic()
+            return _retry_or_raise(e, failures, time.monotonic() - failing_since, timeout_s)
 
         def send(at: int) -> None:
             nonlocal in_flight
@@ -139,14 +146,14 @@ def _read_from_broker(
                 conn, in_flight = None, -1
                 continue
             except (NotLeaderOrFollower, UnknownTopicOrPartition) as e:
-                failures = _retry_or_raise(e, failures)
+                failures = retry_or_raise(e)
                 client.forget_leader(r.topic, r.partition)
                 conn, in_flight = None, -1
                 continue
             except Exception as e:
                 if not is_retriable(e):
                     raise
-                failures = _retry_or_raise(e, failures)
+                failures = retry_or_raise(e)
                 client.close()
                 client.forget_leader(r.topic, r.partition)
                 conn, in_flight = None, -1
@@ -188,8 +195,11 @@ def _read_from_broker(
                 )
 
 
-def _retry_or_raise(e: BaseException, failures: int) -> int:
-    if failures >= _RETRIES:
+def _retry_or_raise(e: BaseException, failures: int, failing_for_s: float, timeout_s: float) -> int:
+    """Back off and count one more failure in a row, or raise ``e``. A retriable failure is
+    retried at least ``_RETRIES`` times and for ``request.timeout.ms`` since the first failure
+    in a row: a leader's death takes the ZooKeeper session timeout to fail over."""
+    if failures >= _RETRIES and failing_for_s >= timeout_s:
         raise e
     time.sleep(min(0.1 * 2**failures, 2.0))
     return failures + 1

@@ -11,4 +11,15 @@
   member (:class:`MemberMetadata`) and the answers it awaits.
 * :mod:`~tierlog.coordinator.group.group_records` -- the record key and value schemas of
   ``__consumer_offsets``.
+
+KIP-848 consumer groups, beside the classic ones (a group id is one or the other):
+
+* :mod:`~tierlog.coordinator.group.consumer_group` -- :class:`ConsumerGroup`, the sans-IO
+  heartbeat state machine; :mod:`~tierlog.coordinator.group.consumer_group_member` -- a
+  member and the heartbeat's values;
+  :mod:`~tierlog.coordinator.group.current_assignment_builder` -- reconciliation (revoke
+  before reassign); :mod:`~tierlog.coordinator.group.assignors` -- ``uniform``, ``range``.
+* :mod:`~tierlog.coordinator.group.consumer_group_coordinator` -- timers, appends,
+  ConsumerGroupDescribe; :mod:`~tierlog.coordinator.group.consumer_group_records` -- record
+  types 3-8; :mod:`~tierlog.coordinator.group.group_config` -- group configs.
 """

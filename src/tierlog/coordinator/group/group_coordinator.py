@@ -38,10 +38,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from tierlog.coordinator.group.consumer_group import ConsumerGroupConfig, TopicImage
+from tierlog.coordinator.group.consumer_group_coordinator import ConsumerGroupCoordinator
 from tierlog.coordinator.group.group_metadata import GroupMetadata, GroupState
 from tierlog.coordinator.group.group_metadata_manager import (
     OFFSET_METADATA_MAX_SIZE,
@@ -57,6 +59,7 @@ from tierlog.coordinator.group.member_metadata import (
 )
 from tierlog.coordinator.offset_store import OffsetStore
 from tierlog.errors import (
+    ApiError,
     CoordinatorNotAvailable,
     IllegalGeneration,
     InconsistentGroupProtocol,
@@ -122,6 +125,8 @@ class GroupCoordinator:
         offset_metadata_max_bytes: int = OFFSET_METADATA_MAX_SIZE,
         new_member_join_timeout_ms: int = NEW_MEMBER_JOIN_TIMEOUT_MS,
         time_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        consumer_group_config: ConsumerGroupConfig | None = None,
+        topics: Callable[[], Mapping[str, TopicImage]] = dict,
     ) -> None:
         #: The groups, their offsets and their persistence (Kafka's ``groupManager``).
         self.group_manager = GroupMetadataManager(
@@ -130,6 +135,11 @@ class GroupCoordinator:
             offsets_topic_num_partitions=offsets_topic_num_partitions,
             offset_metadata_max_bytes=offset_metadata_max_bytes,
             time_ms=time_ms,
+            topics=topics,
+        )
+        #: KIP-848 consumer groups (ConsumerGroupHeartbeat, ConsumerGroupDescribe).
+        self.consumer_groups = ConsumerGroupCoordinator(
+            self.group_manager, consumer_group_config or ConsumerGroupConfig(), self._spawn
         )
         self._initial_delay_ms = initial_rebalance_delay_ms
         self._min_session_ms = min_session_timeout_ms
@@ -151,6 +161,7 @@ class GroupCoordinator:
             RuntimeError: called twice.
         """
         self._loop = asyncio.get_running_loop()
+        self.consumer_groups.start(self._loop)
         await self.group_manager.startup(cluster=cluster, on_group_loaded=self._on_group_loaded)
 
     def on_election(self, partition: int) -> None:
@@ -167,6 +178,7 @@ class GroupCoordinator:
         """Stop serving: cancel timers, answer parked requests with NOT_COORDINATOR (clients
         rediscover the coordinator), wait for in-flight appends."""
         self.group_manager.shutdown()
+        self.consumer_groups.stop()
         for group in self.group_manager.current_groups():
             self._on_group_unloaded(group)
         if self._tasks:
@@ -230,6 +242,12 @@ class GroupCoordinator:
             reason,
             supports_skip_assignment,
         )
+        consumer_group = self.group_manager.consumer_groups.get(group_id)
+        if consumer_group is not None:
+            if consumer_group.members:
+                # A consumer (KIP-848) group with members: no online migration here.
+                return JoinResult(InconsistentGroupProtocol.error_code, member_id=member_id)
+            self.group_manager.convert_to_classic_group(group_id)
         group = self.group_manager.get_group(group_id)
         if group is None:
             if member_id:
@@ -798,6 +816,14 @@ class GroupCoordinator:
         manager = self.group_manager
         if err := manager.validate_group_status(group_id, allow_empty=True):
             return dict.fromkeys(offsets, err)
+        consumer_group = manager.consumer_groups.get(group_id)
+        if consumer_group is not None:
+            # KIP-848: generation_id is the member epoch.
+            try:
+                consumer_group.validate_offset_commit(member_id, generation_id)
+            except ApiError as exc:
+                return dict.fromkeys(offsets, exc.error_code)
+            return await manager.store_offsets(consumer_group, offsets)
         group = manager.get_group(group_id)
         if group is None:
             if generation_id >= 0:

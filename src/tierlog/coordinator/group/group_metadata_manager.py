@@ -32,10 +32,17 @@ import enum
 import functools
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tierlog.coordinator.group.consumer_group import ConsumerGroup, TopicImage
+from tierlog.coordinator.group.consumer_group_records import (
+    CONSUMER_GROUP_METADATA_KEY_TYPE,
+    CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_KEY_TYPE,
+    ConsumerGroupKey,
+    decode_consumer_group_key,
+)
 from tierlog.coordinator.group.group_metadata import CommittedOffset, GroupMetadata, GroupState
 from tierlog.coordinator.group.group_records import (
     GroupMetadataKey,
@@ -46,6 +53,7 @@ from tierlog.coordinator.group.group_records import (
 )
 from tierlog.coordinator.offset_store import OffsetStore, Record
 from tierlog.errors import (
+    ApiError,
     CoordinatorLoadInProgress,
     CoordinatorNotAvailable,
     GroupIdNotFound,
@@ -79,6 +87,8 @@ _DEAD = GroupState.DEAD
 
 TopicPartition = tuple[str, int]
 GroupCallback = Callable[[GroupMetadata], None]
+ConsumerGroupCallback = Callable[[ConsumerGroup], None]
+TopicsProvider = Callable[[], Mapping[str, TopicImage]]
 Spawn = Callable[[Coroutine[Any, Any, None]], "asyncio.Task[None]"]
 
 
@@ -128,6 +138,7 @@ class GroupMetadataManager:
         offsets_topic_num_partitions: int,
         offset_metadata_max_bytes: int,
         time_ms: Callable[[], int],
+        topics: TopicsProvider = dict,
     ) -> None:
         if offsets_topic_num_partitions < 1:
             raise ValueError("offsets_topic_num_partitions must be at least 1")
@@ -137,6 +148,14 @@ class GroupMetadataManager:
         self._metadata_max = offset_metadata_max_bytes
         self._time_ms = time_ms
         self._groups: dict[str, GroupMetadata] = {}
+        #: KIP-848 consumer groups; a group id is in at most one of the two dicts.
+        self.consumer_groups: dict[str, ConsumerGroup] = {}
+        #: The topics as they are now (name -> id and partition count), for consumer groups.
+        self.topics = topics
+        #: Told of each consumer group loaded from the store (session timers to start).
+        self.on_consumer_group_loaded: ConsumerGroupCallback = lambda _g: None
+        #: Told of each consumer group dropped from the cache (timers to cancel).
+        self.on_consumer_group_unloaded: ConsumerGroupCallback = lambda _g: None
         self._status = _Status.NEW
         self._locks: dict[int, asyncio.Lock] = {}
         #: The __consumer_offsets partitions this coordinator serves (None: all, a single
@@ -202,6 +221,8 @@ class GroupMetadataManager:
         self._owned.discard(partition)
         for group_id in [g for g in self._groups if self.partition_for(g) == partition]:
             on_group_unloaded(self._groups.pop(group_id))
+        for group_id in [g for g in self.consumer_groups if self.partition_for(g) == partition]:
+            self.on_consumer_group_unloaded(self.consumer_groups.pop(group_id))
         log.info("group coordinator: unloaded __consumer_offsets-%d", partition)
 
     # ================================================================== ownership
@@ -254,10 +275,53 @@ class GroupMetadataManager:
     def current_groups(self) -> Iterable[GroupMetadata]:
         return self._groups.values()
 
+    def convert_to_consumer_group(self, group_id: str) -> ConsumerGroup:
+        """A new consumer group in the cache, taking the offsets of an empty classic group of
+        that id (whose metadata record is then tombstoned, with the consumer group's first
+        records). The caller checked the classic group has no members."""
+        group = ConsumerGroup(group_id)
+        classic = self._groups.pop(group_id, None)
+        if classic is not None:
+            group.offsets = classic.offsets
+            group.records.append((GroupMetadataKey(group_id).encode(), None))
+        self.consumer_groups[group_id] = group
+        return group
+
+    def convert_to_classic_group(self, group_id: str) -> GroupMetadata:
+        """An empty consumer group becomes a classic one (JoinGroup), keeping its offsets;
+        its consumer group records are tombstoned in the background. The caller checked the
+        consumer group has no members."""
+        consumer = self.consumer_groups.pop(group_id)
+        self.on_consumer_group_unloaded(consumer)
+        group = self.add_group(group_id)
+        group.offsets = consumer.offsets
+        tombstones: list[Record] = [
+            (ConsumerGroupKey(t, group_id).encode(), None)
+            for t in (
+                CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_KEY_TYPE,
+                CONSUMER_GROUP_METADATA_KEY_TYPE,
+            )
+        ]
+
+        async def store() -> None:
+            try:
+                await self._append(self.partition_for(group_id), tombstones)
+            except Exception as exc:
+                log.warning("group %s: failed to tombstone its consumer group: %r", group_id, exc)
+
+        self._spawn(store())
+        return group
+
+    def append_group_records(self, group_id: str, records: list[Record]) -> asyncio.Future[None]:
+        """Append a group's records to its partition (in call order); durable when done."""
+        return self._append(self.partition_for(group_id), records)
+
     # ================================================================== offsets
 
     async def store_offsets(
-        self, group: GroupMetadata, offsets: dict[TopicPartition, tuple[int, int, str | None]]
+        self,
+        group: GroupMetadata | ConsumerGroup,
+        offsets: dict[TopicPartition, tuple[int, int, str | None]],
     ) -> dict[TopicPartition, int]:
         """Store offsets (topic, partition) -> (offset, leader epoch, metadata) of a group
         whose commit was validated: an error code per partition (OFFSET_METADATA_TOO_LARGE
@@ -288,14 +352,29 @@ class GroupMetadataManager:
         return {tp: results[tp] for tp in offsets}
 
     def fetch_offsets(
-        self, group_id: str, partitions: list[TopicPartition] | None
+        self,
+        group_id: str,
+        partitions: list[TopicPartition] | None,
+        member_id: str | None = None,
+        member_epoch: int = -1,
     ) -> tuple[int, dict[TopicPartition, tuple[int, int, str]]]:
         """OffsetFetch: (error, (topic, partition) -> (offset, leader epoch, metadata)).
-        ``None`` asks for every committed partition; unknown ones get (-1, -1, "")."""
+        ``None`` asks for every committed partition; unknown ones get (-1, -1, "").
+        ``member_id``/``member_epoch`` (v9+) are checked against a consumer group's member
+        (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH)."""
         if err := self.validate_group_status(group_id, allow_empty=True):
             return err, {}
+        consumer_group = self.consumer_groups.get(group_id)
+        if consumer_group is not None:
+            try:
+                consumer_group.validate_offset_fetch(member_id, member_epoch)
+            except ApiError as exc:
+                return exc.error_code, {}
         group = self._groups.get(group_id)
         committed = group.offsets if group is not None and not group.is_(_DEAD) else {}
+        consumer_group = self.consumer_groups.get(group_id)
+        if consumer_group is not None:
+            committed = consumer_group.offsets
         if partitions is None:
             return 0, {tp: (o.offset, o.leader_epoch, o.metadata) for tp, o in committed.items()}
         out: dict[TopicPartition, tuple[int, int, str]] = {}
@@ -318,10 +397,25 @@ class GroupMetadataManager:
             if not g.is_(_DEAD) and (wanted is None or g.state.value.lower() in wanted)
         ]
 
+    def list_consumer_groups(self, states_filter: Iterable[str] | None = None) -> list[str]:
+        """ListGroups of KIP-848 groups (type "consumer", protocol type "consumer"): their
+        ids; the state filter is case-insensitive."""
+        if self._status is not _Status.ACTIVE:
+            return []
+        wanted = {s.lower() for s in states_filter} if states_filter else None
+        return [
+            g.group_id
+            for g in self.consumer_groups.values()
+            if not g.dead and (wanted is None or g.state.value.lower() in wanted)
+        ]
+
     def describe_group(self, group_id: str) -> GroupDescription:
         """DescribeGroups for one group; an unknown group is reported as Dead (error 0)."""
         if err := self.validate_group_status(group_id, allow_empty=True):
             return GroupDescription(err, group_id, "", "", "", [])
+        if group_id in self.consumer_groups:
+            # Kafka 4: "Group <id> is not a classic group." (ConsumerGroupDescribe describes it)
+            return GroupDescription(GroupIdNotFound.error_code, group_id, _DEAD.value, "", "", [])
         group = self._groups.get(group_id)
         if group is None:
             return GroupDescription(0, group_id, _DEAD.value, "", "", [])
@@ -350,11 +444,21 @@ class GroupMetadataManager:
         unknown ones). Tombstones for the group and each offset are stored before answering."""
         results: dict[str, int] = {}
         by_partition: dict[int, list[GroupMetadata]] = defaultdict(list)
+        consumer_by_partition: dict[int, list[ConsumerGroup]] = defaultdict(list)
         for group_id in group_ids:
             if group_id in results:
                 continue
             if err := self.validate_group_status(group_id, allow_empty=True):
                 results[group_id] = err
+                continue
+            consumer_group = self.consumer_groups.get(group_id)
+            if consumer_group is not None:
+                if consumer_group.members:
+                    results[group_id] = NonEmptyGroup.error_code
+                else:
+                    consumer_group.dead = True
+                    results[group_id] = 0
+                    consumer_by_partition[self.partition_for(group_id)].append(consumer_group)
                 continue
             group = self._groups.get(group_id)
             if group is None or group.is_(_DEAD):
@@ -386,7 +490,32 @@ class GroupMetadataManager:
                 if self._groups.get(g.group_id) is g:
                     del self._groups[g.group_id]
 
-        await asyncio.gather(*(tombstone(p, gs) for p, gs in by_partition.items()))
+        async def tombstone_consumer(partition: int, groups: list[ConsumerGroup]) -> None:
+            records: list[Record] = []
+            for g in groups:
+                records += [
+                    (ConsumerGroupKey(t, g.group_id).encode(), None)
+                    for t in (
+                        CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_KEY_TYPE,
+                        CONSUMER_GROUP_METADATA_KEY_TYPE,
+                    )
+                ]
+                records.extend(
+                    (OffsetCommitKey(g.group_id, t, p).encode(), None) for t, p in g.offsets
+                )
+            try:
+                await self._append(partition, records)
+            except Exception as exc:
+                code = self.storage_error(exc, commit=False)
+                results.update((g.group_id, code) for g in groups)
+            for g in groups:
+                if self.consumer_groups.get(g.group_id) is g:
+                    del self.consumer_groups[g.group_id]
+
+        await asyncio.gather(
+            *(tombstone(p, gs) for p, gs in by_partition.items()),
+            *(tombstone_consumer(p, gs) for p, gs in consumer_by_partition.items()),
+        )
         return results
 
     # ================================================================== persistence
@@ -395,9 +524,19 @@ class GroupMetadataManager:
         offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
         metadata: dict[str, GroupMetadataValue] = {}
         seen: dict[str, None] = {}  # group ids in first-seen order
+        consumer: dict[str, ConsumerGroup] = {}
         for key_bytes, value_bytes in self._store.replay(partition):
             try:
                 key = decode_key(key_bytes)
+                if key is None:
+                    ckey = decode_consumer_group_key(key_bytes)
+                    if ckey is not None:
+                        seen.setdefault(ckey.group_id)
+                        cg = consumer.get(ckey.group_id)
+                        if cg is None:
+                            cg = consumer[ckey.group_id] = ConsumerGroup(ckey.group_id)
+                        cg.replay(ckey, value_bytes)
+                    continue
                 if isinstance(key, OffsetCommitKey):
                     seen.setdefault(key.group)
                     group_offsets = offsets.setdefault(key.group, {})
@@ -417,9 +556,18 @@ class GroupMetadataManager:
                         metadata[key.group] = GroupMetadataValue.decode(value_bytes)
             except LocalProtocolError as exc:
                 log.warning("__consumer_offsets-%d: skipping bad record: %s", partition, exc)
+        topics = self.topics() if consumer else {}
         for group_id in seen:
             value = metadata.get(group_id)
             group_offsets = offsets.get(group_id, {})
+            cg = consumer.get(group_id)
+            if cg is not None and cg.group_epoch > 0:
+                cg.finish_loading(topics)
+                cg.offsets = group_offsets
+                self.consumer_groups[group_id] = cg
+                self._groups.pop(group_id, None)
+                self.on_consumer_group_loaded(cg)
+                continue
             if value is None and not group_offsets:
                 continue  # deleted
             if value is not None:

@@ -10,6 +10,7 @@ from tierlog.server.handlers import (
     acls,
     admin,
     cluster_admin,
+    consumer_group,
     fetch,
     group,
     list_offsets,
@@ -59,6 +60,8 @@ HANDLERS: Mapping[int, Callable[[Any, Any], Any]] = MappingProxyType(
         50: security.handle_describe_user_scram_credentials,
         51: security.handle_alter_user_scram_credentials,
         60: metadata.handle_describe_cluster,
+        68: consumer_group.handle_consumer_group_heartbeat,
+        69: consumer_group.handle_consumer_group_describe,
     }
 )
 

@@ -38,6 +38,12 @@ from tierlog.security.acl_checks import (
 )
 from tierlog.security.authorizer import AclOperation
 from tierlog.server.handlers._build import build
+from tierlog.server.handlers.group_configs import (
+    RESOURCE_GROUP,
+    alter_group_configs,
+    describe_group_configs,
+    incremental_group_overrides,
+)
 from tierlog.server.kafka_apis import response_class
 from tierlog.server.replica_manager import INTERNAL_TOPICS
 
@@ -496,6 +502,10 @@ def handle_describe_configs(apis: KafkaApis, ev: Request) -> Any:
                 )
             elif r.resource_type == RESOURCE_BROKER_LOGGER:
                 res["configs"] = []
+            elif r.resource_type == RESOURCE_GROUP:
+                res["configs"] = describe_group_configs(
+                    apis, r.resource_name, r.configuration_keys, synonyms, documentation
+                )
             else:
                 raise InvalidRequest(f"unsupported resource type {r.resource_type}")
         except ApiError as e:
@@ -602,6 +612,14 @@ def _alter_config_results(
                 raise InvalidRequest(
                     "broker configs are static in tierlog; edit server.properties and restart"
                 )
+            elif r.resource_type == RESOURCE_GROUP:
+                alter_group_configs(
+                    apis,
+                    r.resource_name,
+                    overrides_of(r),
+                    incremental=incremental,
+                    validate_only=validate_only,
+                )
             else:
                 raise InvalidRequest(f"unsupported resource type {r.resource_type}")
         results.append(res)
@@ -631,6 +649,8 @@ def handle_alter_configs(apis: KafkaApis, ev: Request) -> Any:
 
 def handle_incremental_alter_configs(apis: KafkaApis, ev: Request) -> Any:
     def overrides_of(r: Any) -> dict[str, str | None]:
+        if r.resource_type == RESOURCE_GROUP:
+            return incremental_group_overrides(r.configs)
         info = apis.log_manager.topic(r.resource_name)
         if info is None:
             raise UnknownTopicOrPartition(f"unknown topic {r.resource_name}")

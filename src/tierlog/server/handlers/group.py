@@ -16,7 +16,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from tierlog.errors import CoordinatorNotAvailable, InvalidRequest
+from tierlog.errors import (
+    CoordinatorNotAvailable,
+    GroupIdNotFound,
+    InvalidRequest,
+    UnknownTopicOrPartition,
+)
 from tierlog.security.acl_checks import (
     cluster_error,
     group_error,
@@ -367,6 +372,12 @@ def handle_offset_commit(apis: KafkaApis, ev: Request) -> Any:
         for tp in offsets
         if (code := group_denied or topic_error(apis, AclOperation.READ, tp[0]))
     }
+    # Kafka: a partition the metadata does not know gets UNKNOWN_TOPIC_OR_PARTITION.
+    refused.update(
+        (tp, UnknownTopicOrPartition.error_code)
+        for tp in offsets
+        if tp not in refused and not _partition_exists(apis, *tp)
+    )
     if refused:
         offsets = {tp: v for tp, v in offsets.items() if tp not in refused}
         if not offsets:
@@ -385,9 +396,23 @@ def handle_offset_commit(apis: KafkaApis, ev: Request) -> Any:
     return respond()
 
 
-def _fetch_group(apis: KafkaApis, group_id: str, topics: Any) -> tuple[int, list[dict[str, Any]]]:
+def _partition_exists(apis: KafkaApis, topic: str, partition: int) -> bool:
+    if apis.cluster is not None:
+        return apis.cluster.metadata.has_partition(topic, partition)
+    info = apis.log_manager.topic(topic)
+    return info is not None and 0 <= partition < info.num_partitions
+
+
+def _fetch_group(
+    apis: KafkaApis,
+    group_id: str,
+    topics: Any,
+    member_id: str | None = None,
+    member_epoch: int = -1,
+) -> tuple[int, list[dict[str, Any]]]:
     """(top-level error, topics) of OffsetFetch for one group: DESCRIBE on the group (else
-    30), DESCRIBE on each topic (named partitions get 29, an all-partitions fetch omits it)."""
+    30), DESCRIBE on each topic (named partitions get 29, an all-partitions fetch omits it).
+    ``member_id``/``member_epoch`` (v9+) are checked for a consumer (KIP-848) group."""
     gc = apis.group_coordinator
     if gc is None:
         return CoordinatorNotAvailable.error_code, []
@@ -395,7 +420,11 @@ def _fetch_group(apis: KafkaApis, group_id: str, topics: Any) -> tuple[int, list
         None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     )
     denied = group_error(apis, AclOperation.DESCRIBE, group_id)
-    err, found = (denied, {}) if denied else gc.group_manager.fetch_offsets(group_id, wanted)
+    err, found = (
+        (denied, {})
+        if denied
+        else gc.group_manager.fetch_offsets(group_id, wanted, member_id, member_epoch)
+    )
     if not err and getattr(apis, "authorizer", None) is not None:
         refused = {n for n, _ in (wanted or found) if topic_error(apis, AclOperation.DESCRIBE, n)}
         if refused and wanted is None:
@@ -441,7 +470,13 @@ def handle_offset_fetch(apis: KafkaApis, ev: Request) -> Any:
     if ev.api_version >= 8:
         groups = []
         for g in req.groups:
-            err, topics = _fetch_group(apis, g.group_id, g.topics)
+            err, topics = _fetch_group(
+                apis,
+                g.group_id,
+                g.topics,
+                getattr(g, "member_id", None),
+                getattr(g, "member_epoch", -1),
+            )
             groups.append({"group_id": g.group_id, "topics": topics, "error_code": err})
         return build(cls, {"throttle_time": 0, "groups": groups})
     err, topics = _fetch_group(apis, req.group_id, req.topics)
@@ -474,6 +509,11 @@ def handle_describe_groups(apis: KafkaApis, ev: Request) -> Any:
         groups.append(
             {
                 "error_code": d.error_code,
+                "error_message": (
+                    f"Group {group_id} is not a classic group."
+                    if d.error_code == GroupIdNotFound.error_code
+                    else None
+                ),
                 "group_id": d.group_id,
                 "group_state": d.state,
                 "protocol_type": d.protocol_type,
@@ -506,7 +546,14 @@ def handle_list_groups(apis: KafkaApis, ev: Request) -> Any:
         )
     types = {t.lower() for t in getattr(req, "types_filter", ())}
     states = list(getattr(req, "states_filter", ())) or None
-    listed = [] if types and "classic" not in types else gc.group_manager.list_groups(states)
+    manager = gc.group_manager
+    listed = [] if types and "classic" not in types else manager.list_groups(states)
+    consumer = [] if types and "consumer" not in types else manager.list_consumer_groups(states)
+    kinds = {g[0]: "classic" for g in listed}
+    for group_id in consumer:
+        group = manager.consumer_groups[group_id]
+        listed.append((group_id, "consumer", group.state.value))
+        kinds[group_id] = "consumer"
     if cluster_error(apis, AclOperation.DESCRIBE):  # else only the groups it may describe
         listed = [g for g in listed if not group_error(apis, AclOperation.DESCRIBE, g[0])]
     return build(
@@ -515,7 +562,7 @@ def handle_list_groups(apis: KafkaApis, ev: Request) -> Any:
             "throttle_time": 0,
             "error_code": gc.group_manager.availability_error(),
             "groups": [
-                {"group_id": g, "protocol_type": pt, "group_state": s, "group_type": "classic"}
+                {"group_id": g, "protocol_type": pt, "group_state": s, "group_type": kinds[g]}
                 for g, pt, s in listed
             ],
         },
