@@ -322,17 +322,25 @@ class Planner:
 
     def _retry(self, what: str, fn: Callable[[], T]) -> T:
         """Spark's ``fetchOffset.numRetries`` / ``fetchOffset.retryIntervalMs`` around the
-        driver's requests (on connection errors and retriable Kafka errors)."""
+        driver's requests (on connection errors and retriable Kafka errors). As Spark's Kafka
+        consumer retries inside each of those attempts until its API timeout, a retriable
+        error is also retried for ``request.timeout.ms`` since the first failure: a leader's
+        death takes the ZooKeeper session timeout to fail over."""
         attempts = self.options.fetch_offset_num_retries + 1
-        for attempt in range(attempts):
+        give_up_at = None
+        attempt = 0
+        while True:
             try:
                 return fn()
             except Exception as e:
-                if attempt == attempts - 1 or not is_retriable(e):
+                now = time.monotonic()
+                if give_up_at is None:
+                    give_up_at = now + self.options.request_timeout_ms / 1000
+                attempt += 1
+                if not is_retriable(e) or (attempt >= attempts and now >= give_up_at):
                     raise
                 self.client.close()
                 time.sleep(self.options.fetch_offset_retry_interval_ms / 1000)
-        raise AssertionError("unreachable")
 
     # -------------------------------------------------------------- partitions
 
