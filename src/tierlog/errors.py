@@ -319,6 +319,23 @@ class KafkaStorageError(ApiError):
     description = "Disk error when trying to access log file on the disk."
 
 
+class LogDirNotFound(ApiError):
+    """AlterReplicaLogDirs named a dir that is not one of the broker's ``log.dirs``."""
+
+    error_code = 57
+    description = "The user-specified log directory is not found in the broker config."
+
+
+class ReplicaNotAvailable(ApiError):
+    error_code = 9
+    retriable = True
+    description = (
+        "The replica is not available for the requested topic-partition. Produce/Fetch "
+        "requests and other requests intended only for the leader or follower return "
+        "NOT_LEADER_OR_FOLLOWER if the broker is not a replica of the topic-partition."
+    )
+
+
 class GroupIdNotFound(ApiError):
     error_code = 69
     description = "The group id does not exist."

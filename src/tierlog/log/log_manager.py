@@ -56,6 +56,7 @@ from tierlog.errors import (
 )
 from tierlog.log import log_file_utils as lfu
 from tierlog.log.checkpoint_file import OffsetCheckpointFile
+from tierlog.log.future_logs import FutureLogs, scan_future_dirs
 from tierlog.log.log import Log
 from tierlog.log.log_cleaner import CleanerConfig, LogCleaner
 from tierlog.log.log_config import LONG_MAX, TOPIC_CONFIGS, LogConfig
@@ -177,6 +178,8 @@ class LogManager:
         self._cleaner_config = cleaner_config
         #: The log cleaner (Kafka's LogCleaner), started with the manager when enabled.
         self.cleaner: LogCleaner | None = None
+        #: Partitions moving to another log dir (AlterReplicaLogDirs): their future replicas.
+        self.future_logs = FutureLogs(self)
 
     # ----------------------------------------------------------------- properties
 
@@ -249,6 +252,7 @@ class LogManager:
                 time_ms=self._time_ms,
             )
             self.cleaner.startup()
+            self.future_logs.pause_cleaning_of_all()
 
     def shutdown(self) -> None:
         """Stop the background thread, flush and close every log, write the checkpoints and
@@ -267,6 +271,7 @@ class LogManager:
             self._thread = None
         self._delete_pending_dirs()
         with self._lock:
+            self.future_logs.close_all()
             try:
                 self._persist_registry_if_dirty()
             except KafkaStorageError as e:
@@ -723,6 +728,10 @@ class LogManager:
         """Find every partition dir of every log dir; open (recover, in parallel) those of
         a log dir without a clean shutdown marker, leave the others to their first use."""
         jobs: list[tuple[Path, tuple[str, int], uuid.UUID | None, bool, int, int | None]] = []
+        try:
+            futures = scan_future_dirs(self._log_dirs)
+        except OSError as e:
+            raise self._storage_error(e, self._log_dirs[0], "load future replicas in") from e
         for d in self._log_dirs:
             clean = (d / lfu.CLEAN_SHUTDOWN_FILENAME).exists()
             recovery = self._read_checkpoint(d / lfu.RECOVERY_POINT_CHECKPOINT_FILENAME)
@@ -834,6 +843,7 @@ class LogManager:
             for tp, lg in ex.map(open_one, jobs):
                 logs[tp] = lg
         self._logs = logs
+        self.future_logs.load(futures)
         for d in self._log_dirs:
             # The marker is only for the load that just finished (Kafka deletes it here too).
             try:
@@ -932,6 +942,7 @@ class LogManager:
             unopened = self._unopened.pop((topic, p), None)
             if d is None or (lg is None and unopened is None):
                 continue
+            self.future_logs.drop(topic, p)
             if self.cleaner is not None:
                 self.cleaner.abort_cleaning((topic, p))
             if lg is not None:
@@ -1018,7 +1029,8 @@ class LogManager:
             raise RuntimeError("LogManager is not started")
 
     def _write_checkpoints(self, *, recovery: bool, start: bool) -> None:
-        """An unopened log keeps the offsets it was loaded with (none known: not written)."""
+        """An unopened log keeps the offsets it was loaded with (none known: not written). A
+        future replica (:mod:`~tierlog.log.future_logs`) is written in its own dir."""
         with self._checkpoint_lock:
             logs = dict(self._logs)  # copies: get_log adds to them in place
             unopened = dict(self._unopened)
@@ -1028,6 +1040,8 @@ class LogManager:
                 if d in self._offline_dirs:
                     continue
                 mine = {tp: lg for tp, lg in logs.items() if one_dir or dirs.get(tp) == d}
+                # Future replicas too (as Kafka's logsByDir): theirs is another dir.
+                mine.update((tp, f) for tp, f in self.future_logs.items() if f.dir.parent == d)
                 rest = {tp: u for tp, u in unopened.items() if one_dir or dirs.get(tp) == d}
                 try:
                     if recovery:

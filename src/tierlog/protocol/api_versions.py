@@ -84,6 +84,7 @@ class ApiKey(enum.IntEnum):
     DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    ALTER_REPLICA_LOG_DIRS = 34
     DESCRIBE_LOG_DIRS = 35
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
@@ -131,6 +132,7 @@ ADVERTISED: Final[Mapping[int, tuple[int, int]]] = MappingProxyType(
         ApiKey.DELETE_ACLS: (1, 3),
         ApiKey.DESCRIBE_CONFIGS: (1, 4),  # 4/1/2/2; kio 1-4
         ApiKey.ALTER_CONFIGS: (0, 2),  # 2/2/1/1
+        ApiKey.ALTER_REPLICA_LOG_DIRS: (1, 2),  # kio 1-2 (Kafka 4 dropped v0)
         ApiKey.DESCRIBE_LOG_DIRS: (1, 4),  # kio 1-5 (v5 is KIP-1005's, not needed)
         ApiKey.SASL_AUTHENTICATE: (0, 2),  # 1/2/1/1 (v1: KIP-368 session lifetime)
         ApiKey.CREATE_PARTITIONS: (0, 3),  # kio 0-3

@@ -37,6 +37,7 @@ from tierlog.coordinator.group.group_coordinator import GroupCoordinator
 from tierlog.errors import ConfigError, TierlogError
 from tierlog.log.cleaner_metrics import register_cleaner_metrics
 from tierlog.log.file_handle_cache import file_handle_cache
+from tierlog.log.log_config import LONG_MAX
 from tierlog.log.log_manager import LogManager
 from tierlog.log.meta_properties import new_cluster_id, stored_cluster_id
 from tierlog.protocol.api_versions import preload_schemas
@@ -56,6 +57,7 @@ from tierlog.server.remote_log_metadata_publisher import (
     REMOTE_LOG_METADATA_TOPIC_NAME,
     remote_log_metadata_topic_configs,
 )
+from tierlog.server.replica_alter_log_dirs import ReplicaAlterLogDirsManager
 from tierlog.server.replica_manager import GROUP_METADATA_TOPIC_NAME, ReplicaManager
 from tierlog.server.tiered_storage import TieredStorage
 
@@ -176,6 +178,11 @@ class Broker:
             rm.topic_stats = self.metrics.topic_stats
         if zk_broker is not None:
             await asyncio.to_thread(rm.load_high_watermarks)
+        rate = c.replica_alter_log_dirs_io_max_bytes_per_second
+        rm.alter_log_dirs_manager = ReplicaAlterLogDirsManager(
+            rm, max_bytes_per_second=None if rate >= LONG_MAX else rate
+        )
+        rm.alter_log_dirs_manager.resume()  # moves a restart cut
         if tiered is not None:
             # Events appended to __remote_log_metadata wake the fetches parked on it.
             tiered.on_metadata_append = lambda mp: rm.wake(REMOTE_LOG_METADATA_TOPIC_NAME, mp)
@@ -634,6 +641,8 @@ class Broker:
                 log.exception("group coordinator stop failed")
         if self.replica_manager is not None:
             self.replica_manager.wake_all()
+        if self.replica_manager is not None and self.replica_manager.alter_log_dirs_manager:
+            await self.replica_manager.alter_log_dirs_manager.close()
         if self._tiered_task is not None:
             self._tiered_task.cancel()
             try:

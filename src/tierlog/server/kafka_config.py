@@ -245,6 +245,8 @@ _BROKER_ONLY: tuple[BrokerConfigDef, ...] = (
     _d("replica.fetch.min.bytes", "int", 1, _min(1), "min_bytes of follower fetches."),
     _d("replica.fetch.backoff.ms", "int", 1000, _min(0),
        "Wait of a follower after a failed fetch before the next."),
+    _d("replica.alter.log.dirs.io.max.bytes.per.second", "long", LONG_MAX, _min(1),
+       "Bytes per second a move between log dirs (AlterReplicaLogDirs) copies, at most."),
     _d("num.replica.fetchers", "int", 1, _min(1),
        "Fetcher tasks per source broker (partitions are hashed over them)."),
     _d("replica.high.watermark.checkpoint.interval.ms", "long", 5000, _min(1),
@@ -745,6 +747,9 @@ class KafkaConfig:
         self.replica_fetch_min_bytes: int = get("replica.fetch.min.bytes")
         self.replica_fetch_backoff_ms: int = get("replica.fetch.backoff.ms")
         self.num_replica_fetchers: int = get("num.replica.fetchers")
+        self.replica_alter_log_dirs_io_max_bytes_per_second: int = get(
+            "replica.alter.log.dirs.io.max.bytes.per.second"
+        )
         self.replica_high_watermark_checkpoint_interval_ms: int = get(
             "replica.high.watermark.checkpoint.interval.ms"
         )

@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from tierlog.cluster.cluster_link import ClusterLink, PartitionChange
     from tierlog.log.log_manager import LogManager
     from tierlog.server.broker_metrics import BrokerTopicStats
+    from tierlog.server.replica_alter_log_dirs import ReplicaAlterLogDirsManager
     from tierlog.tiered.remote_log_manager import RemoteLogManager
     from tierlog.tiered.remote_log_reader import RemoteStorageFetchInfo
 
@@ -160,6 +161,8 @@ class ReplicaManager:
         )
         #: BrokerTopicMetrics' counters (None: metrics off), plain ints (see broker_metrics).
         self.topic_stats: BrokerTopicStats | None = None
+        #: Moves between log dirs (AlterReplicaLogDirs); set by the broker once started.
+        self.alter_log_dirs_manager: ReplicaAlterLogDirsManager | None = None
 
     # ----------------------------------------------------------------- partitions
 

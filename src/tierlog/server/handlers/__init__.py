@@ -49,6 +49,7 @@ HANDLERS: Mapping[int, Callable[[Any, Any], Any]] = MappingProxyType(
         31: acls.handle_delete_acls,
         32: admin.handle_describe_configs,
         33: admin.handle_alter_configs,
+        34: log_dirs.handle_alter_replica_log_dirs,
         35: log_dirs.handle_describe_log_dirs,
         36: security.handle_sasl_authenticate,
         37: admin.handle_create_partitions,
