@@ -79,10 +79,12 @@ ISSUE_12 = {
 # issue 15: the admin APIs operators use
 ISSUE_15 = {"DescribeLogDirs"}
 ISSUE_15 |= {"ConsumerGroupHeartbeat", "ConsumerGroupDescribe"}  # KIP-848
+# issue 10: JBOD moves of a partition between the log dirs of a broker
+ISSUE_10 = {"AlterReplicaLogDirs"}
 
 
-def test_exactly_the_apis_of_issues_3_9_12_and_15() -> None:
-    assert {api_name(k) for k in ADVERTISED} == ISSUE_3 | ISSUE_9 | ISSUE_12 | ISSUE_15
+def test_exactly_the_apis_of_issues_3_9_10_12_and_15() -> None:
+    assert {api_name(k) for k in ADVERTISED} == ISSUE_3 | ISSUE_9 | ISSUE_10 | ISSUE_12 | ISSUE_15
     assert set(ADVERTISED) == set(ApiKey)
 
 

@@ -91,7 +91,10 @@ def scan_future_dirs(log_dirs: list[Path]) -> dict[TopicPartition, Path]:
                 names[d] = [e.name for e in it if e.is_dir()]
         except FileNotFoundError:
             names[d] = []
-    current = {n for ns in names.values() for n in ns}
+    current: dict[str, Path] = {}
+    for d, ns in names.items():
+        for n in ns:
+            current.setdefault(n, d)
     futures: dict[TopicPartition, Path] = {}
     for d, ns in names.items():
         for n in sorted(ns):
@@ -99,12 +102,13 @@ def scan_future_dirs(log_dirs: list[Path]) -> dict[TopicPartition, Path]:
             if tp is None:
                 continue
             path = d / n
-            if tp in futures:
-                log.warning("a second future replica of %s-%d in %s: deleting it", *tp, path)
+            name = lfu.log_dir_name(*tp)
+            if tp in futures or current.get(name) == d:
+                # A second one, or one beside its current replica: not a move to keep.
+                log.warning("a stray future replica of %s-%d: deleting %s", *tp, path)
                 stem = n[: -len(lfu.FUTURE_DIR_SUFFIX)]
                 path.rename(path.with_name(stem + lfu.DELETE_DIR_SUFFIX))
                 continue
-            name = lfu.log_dir_name(*tp)
             if name in current:
                 futures[tp] = path
                 continue
@@ -112,7 +116,7 @@ def scan_future_dirs(log_dirs: list[Path]) -> dict[TopicPartition, Path]:
                         path)  # fmt: skip
             path.rename(d / name)
             lfu.fsync_dir(d)
-            current.add(name)
+            current[name] = d
     return futures
 
 
