@@ -18,10 +18,15 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from kafka.structs import TopicPartitionReplica
 
+import pytest
+
 from tests.integration.clients import cf_create_topic, kp_admin
+from tests.integration.cluster_support import Cluster
 from tests.integration.conftest import running_broker
 from tests.integration.tiered_support import (
     SEGMENT_BYTES,
+    TIERED_BROKER,
+    FileStore,
     Offsets,
     assert_same,
     consume,
@@ -32,6 +37,7 @@ from tests.integration.tiered_support import (
     wait_until,
 )
 from tests.integration.wire import WireClient, request_class
+from tests.zookeeper_process import ZooKeeperProcess
 
 NONE = 0
 REPLICA_NOT_AVAILABLE = 9
@@ -53,9 +59,12 @@ def _node_id(bootstrap: str) -> int:
         admin.close()
 
 
-def alter(bootstrap: str, moves: dict[tuple[str, int], str]) -> dict[tuple[str, int], int]:
-    """AlterReplicaLogDirs with kafka-python: per partition its error code."""
-    node = _node_id(bootstrap)
+def alter(
+    bootstrap: str, moves: dict[tuple[str, int], str], node: int | None = None
+) -> dict[tuple[str, int], int]:
+    """AlterReplicaLogDirs with kafka-python (to broker ``node``, default: the only one): per
+    partition its error code."""
+    node = _node_id(bootstrap) if node is None else node
     admin = kp_admin(bootstrap)
     try:
         got = admin.alter_replica_log_dirs(
@@ -66,11 +75,14 @@ def alter(bootstrap: str, moves: dict[tuple[str, int], str]) -> dict[tuple[str, 
     return {(r.topic, r.partition): int(err.errno) for r, err in got.items()}
 
 
-def describe(bootstrap: str, topic: str) -> list[tuple[str, int, int, int, bool]]:
-    """DescribeLogDirs with kafka-python: (log dir, partition, size, offset lag, is future)."""
+def describe(
+    bootstrap: str, topic: str, node: int | None = None
+) -> list[tuple[str, int, int, int, bool]]:
+    """DescribeLogDirs with kafka-python (of broker ``node``, default: the only one):
+    (log dir, partition, size, offset lag, is future)."""
     admin = kp_admin(bootstrap)
     try:
-        (broker,) = admin.describe_log_dirs([topic])
+        (broker,) = admin.describe_log_dirs([topic], brokers=None if node is None else [node])
     finally:
         admin.close()
     out = []
@@ -92,14 +104,14 @@ def describe(bootstrap: str, topic: str) -> list[tuple[str, int, int, int, bool]
     return sorted(out)
 
 
-def _current_dir(bootstrap: str, topic: str, partition: int = 0) -> str:
-    (entry,) = [e for e in describe(bootstrap, topic) if e[1] == partition and not e[4]]
+def _current_dir(bootstrap: str, topic: str, partition: int = 0, node: int | None = None) -> str:
+    (entry,) = [e for e in describe(bootstrap, topic, node) if e[1] == partition and not e[4]]
     return entry[0]
 
 
-def _settled_in(bootstrap: str, topic: str, target: str) -> bool:
+def _settled_in(bootstrap: str, topic: str, target: str, node: int | None = None) -> bool:
     """The partition is in ``target`` only, with no future replica left."""
-    return [(e[0], e[4]) for e in describe(bootstrap, topic)] == [(target, False)]
+    return [(e[0], e[4]) for e in describe(bootstrap, topic, node)] == [(target, False)]
 
 
 class _Reader(threading.Thread):
@@ -317,7 +329,91 @@ def _raw_alter(bootstrap: str, path: str, topic: str, partition: int) -> int:
 
 
 def _tiered_broker(workdir: Path) -> list[str]:
-    from tests.integration.tiered_support import TIERED_BROKER, FileStore
-
     store = FileStore(workdir / "remote")
     return [*TIERED_BROKER, *store.overrides()]
+
+
+@pytest.mark.cluster
+def test_moves_of_a_leader_and_a_follower_replica_in_a_cluster(
+    tmp_path: Path, zookeeper: ZooKeeperProcess, unique: str
+) -> None:
+    """Two brokers with two log dirs each; a tiered partition with a replica on each: the
+    leader's and the follower's replicas move at once while a producer writes (acks=all) and
+    a reader fetches the remote part from the leader."""
+    topic = f"jbod-cluster-{unique}"
+    store = FileStore(tmp_path / "remote")
+    c = Cluster(
+        tmp_path,
+        f"{zookeeper.connect_string}/jbod-{unique}",
+        2,
+        *TIERED_BROKER,
+        *store.overrides(),
+        "min.insync.replicas=2",
+        "remote.log.metadata.topic.replication.factor=2",
+        "offsets.topic.replication.factor=2",
+        "replica.alter.log.dirs.io.max.bytes.per.second=65536",
+    )
+    dirs = {i: _dirs(b.workdir) for i, b in c.brokers.items()}
+    for i, b in c.brokers.items():
+        b.extra_overrides.append(f"log.dirs={dirs[i][0]},{dirs[i][1]}")
+    c.start()
+    try:
+        c.create_topic(
+            topic, 1, 2, **tiered_topic_configs(local_retention_bytes=str(2 * SEGMENT_BYTES))
+        )
+        first = make_records(3000)
+        produce(c.bootstrap, topic, first)
+        wait_until(
+            lambda: Offsets(c.bootstrap, topic).local >= 1500, timeout=60, what="a tiered part"
+        )
+        leader = c.leader(topic, 0)
+        leader_bs = c.brokers[leader].bootstrap
+        targets = {}
+        for i in c.brokers:
+            source = _current_dir(c.bootstrap, topic, node=i)
+            targets[i] = str(dirs[i][1] if source == str(dirs[i][0]) else dirs[i][0])
+
+        reader = _Reader(leader_bs, topic)
+        reader.start()
+        wait_until(lambda: reader.served > 0, what="a remote read")
+        more = make_records(1500, start=3000)
+        producer = threading.Thread(
+            target=lambda: [
+                produce(c.bootstrap, topic, more[i : i + 100]) for i in range(0, 1500, 100)
+            ],
+            daemon=True,
+        )
+        producer.start()
+        for i in c.brokers:
+            assert alter(c.bootstrap, {(topic, 0): targets[i]}, node=i) == {(topic, 0): NONE}
+        reader.moving.set()
+        wait_until(
+            lambda: (
+                reader.served_while_moving >= 2
+                or all(_settled_in(c.bootstrap, topic, targets[i], i) for i in c.brokers)
+            ),
+            what="remote reads during the moves",
+        )
+        for i in c.brokers:
+            wait_until(
+                lambda i=i: _settled_in(c.bootstrap, topic, targets[i], i),
+                timeout=90,
+                what=f"the move on broker {i}",
+            )
+        reader.moving.clear()
+        producer.join(120)
+        assert not producer.is_alive()
+        served = reader.served
+        wait_until(lambda: reader.served > served, what="a remote read after the moves")
+        reader.stop.set()
+        reader.join(30)
+        assert reader.served_while_moving >= 1
+        assert not reader.errors, reader.errors[:5]
+        c.wait_healthy(topic, 1, 2)  # both replicas in the ISR again
+        sent = first + more
+        assert_same(sent, consume(c.bootstrap, topic, len(sent)))
+        # The follower's copy, after the moves, is the leader's: make it lead and read again.
+        assert Offsets(c.bootstrap, topic).end == len(sent)
+    finally:
+        c.stop()
+        store.close()
