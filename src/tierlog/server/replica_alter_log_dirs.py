@@ -95,6 +95,11 @@ def copy_step(current: Log, future: Log, max_bytes: int = CHUNK_BYTES) -> int:
     return len(records)
 
 
+def _flush_both(current: Log, future: Log) -> None:
+    current.flush()
+    future.flush()
+
+
 class ReplicaAlterLogDirsManager:
     """The moves of one broker (event loop only)."""
 
@@ -198,6 +203,9 @@ class ReplicaAlterLogDirsManager:
                     await asyncio.sleep(copied / self._rate)  # the io.max.bytes.per.second
                 if copied >= self._chunk or fl.get(topic, partition) is not future:
                     continue
+                # Caught up but for a chunk: make both durable now, in the thread, so the
+                # swap below fsyncs only the last chunk while appends wait.
+                await asyncio.to_thread(_flush_both, current, future)
                 async with p.append_lock():
                     if p.log is not current or fl.get(topic, partition) is not future:
                         continue
