@@ -368,6 +368,13 @@ def test_moves_of_a_leader_and_a_follower_replica_in_a_cluster(
         )
         leader = c.leader(topic, 0)
         leader_bs = c.brokers[leader].bootstrap
+        # A partition of the cluster that a broker does not host: REPLICA_NOT_AVAILABLE there.
+        lone = f"jbod-lone-{unique}"
+        c.create_topic(lone, 1, 1)
+        (elsewhere,) = set(c.brokers) - {c.leader(lone, 0)}
+        assert alter(c.bootstrap, {(lone, 0): str(dirs[elsewhere][0])}, node=elsewhere) == {
+            (lone, 0): REPLICA_NOT_AVAILABLE
+        }
         targets = {}
         for i in c.brokers:
             source = _current_dir(c.bootstrap, topic, node=i)
