@@ -22,7 +22,7 @@ import pytest
 
 from tests.integration.clients import cf_create_topic, kp_admin
 from tests.integration.cluster_support import Cluster
-from tests.integration.conftest import running_broker
+from tests.integration.conftest import TieredEnv, running_broker
 from tests.integration.tiered_support import (
     SEGMENT_BYTES,
     TIERED_BROKER,
@@ -143,73 +143,72 @@ class _Reader(threading.Thread):
 
 
 def test_move_a_tiered_partition_while_it_is_written_and_its_remote_part_read(
-    tmp_path: Path, unique: str
+    tiered_env: TieredEnv, unique: str
 ) -> None:
-    a, b = _dirs(tmp_path)
+    """Once per remote store: a local dir, and SeaweedFS (S3, marked ``s3``)."""
+    a, b = _dirs(tiered_env.workdir)
     topic = f"jbod-{unique}"
-    with running_broker(
-        tmp_path,
-        *_tiered_broker(tmp_path),
+    broker = tiered_env.start(
         f"log.dirs={a},{b}",
         # ~64 KB local at 32 KB/s: the move lasts seconds, long enough to be seen.
         "replica.alter.log.dirs.io.max.bytes.per.second=32768",
-    ) as broker:
-        bs = broker.bootstrap
-        cf_create_topic(
-            bs, topic, 1, **tiered_topic_configs(local_retention_bytes=str(2 * SEGMENT_BYTES))
-        )
-        first = make_records(3000)
-        produce(bs, topic, first)
-        wait_until(
-            lambda: Offsets(bs, topic).local >= 1500,
-            what="the first half of the topic in remote storage only",
-        )
-        source = _current_dir(bs, topic)
-        target = str(b if source == str(a) else a)
-        before = describe(bs, topic)
-        assert [(e[0], e[4]) for e in before] == [(source, False)]
-        assert before[0][2] > 0  # its local size
+    )
+    bs = broker.bootstrap
+    cf_create_topic(
+        bs, topic, 1, **tiered_topic_configs(local_retention_bytes=str(2 * SEGMENT_BYTES))
+    )
+    first = make_records(3000)
+    produce(bs, topic, first)
+    wait_until(
+        lambda: Offsets(bs, topic).local >= 1500,
+        what="the first half of the topic in remote storage only",
+    )
+    source = _current_dir(bs, topic)
+    target = str(b if source == str(a) else a)
+    before = describe(bs, topic)
+    assert [(e[0], e[4]) for e in before] == [(source, False)]
+    assert before[0][2] > 0  # its local size
 
-        reader = _Reader(bs, topic)
-        reader.start()
-        wait_until(lambda: reader.served > 0, what="a remote read")
-        more = make_records(1500, start=3000)
-        producer = threading.Thread(
-            target=lambda: [produce(bs, topic, more[i : i + 100]) for i in range(0, 1500, 100)],
-            daemon=True,
-        )
-        producer.start()
+    reader = _Reader(bs, topic)
+    reader.start()
+    wait_until(lambda: reader.served > 0, what="a remote read")
+    more = make_records(1500, start=3000)
+    producer = threading.Thread(
+        target=lambda: [produce(bs, topic, more[i : i + 100]) for i in range(0, 1500, 100)],
+        daemon=True,
+    )
+    producer.start()
 
-        assert alter(bs, {(topic, 0): target}) == {(topic, 0): NONE}
-        reader.moving.set()
-        # While it moves: the current replica in the source dir, the future one in the target.
-        seen = wait_until(
-            lambda: [e for e in describe(bs, topic) if e[4]],
-            what="the future replica in DescribeLogDirs",
-        )
-        assert seen[0][0] == target and seen[0][1] == 0
-        wait_until(lambda: reader.served_while_moving >= 3, what="remote reads during the move")
-        wait_until(lambda: _settled_in(bs, topic, target), timeout=60, what="the move done")
-        reader.moving.clear()
-        producer.join(60)
-        assert not producer.is_alive()
-        served = reader.served
-        wait_until(lambda: reader.served > served, what="a remote read after the move")
-        reader.stop.set()
-        reader.join(30)
-        assert reader.served_while_moving >= 3
-        assert not reader.errors, reader.errors[:5]
+    assert alter(bs, {(topic, 0): target}) == {(topic, 0): NONE}
+    reader.moving.set()
+    # While it moves: the current replica in the source dir, the future one in the target.
+    seen = wait_until(
+        lambda: [e for e in describe(bs, topic) if e[4]],
+        what="the future replica in DescribeLogDirs",
+    )
+    assert seen[0][0] == target and seen[0][1] == 0
+    wait_until(lambda: reader.served_while_moving >= 3, what="remote reads during the move")
+    wait_until(lambda: _settled_in(bs, topic, target), timeout=60, what="the move done")
+    reader.moving.clear()
+    producer.join(60)
+    assert not producer.is_alive()
+    served = reader.served
+    wait_until(lambda: reader.served > served, what="a remote read after the move")
+    reader.stop.set()
+    reader.join(30)
+    assert reader.served_while_moving >= 3
+    assert not reader.errors, reader.errors[:5]
 
-        # Every record exactly once, at its offset, byte for byte; the offsets unchanged.
-        sent = first + more
-        off = Offsets(bs, topic)
-        assert off.earliest == 0 and off.end == len(sent), off
-        assert_same(sent, consume(bs, topic, len(sent)))
-        after = describe(bs, topic)
-        assert after[0][0] == target and after[0][2] > 0
-        # On disk: the partition in the target dir only, no -future or -delete dir left.
-        wait_until(lambda: not list(Path(source).glob(f"{topic}-0*")), what="the source gone")
-        assert [p.name for p in Path(target).glob(f"{topic}-0*")] == [f"{topic}-0"]
+    # Every record exactly once, at its offset, byte for byte; the offsets unchanged.
+    sent = first + more
+    off = Offsets(bs, topic)
+    assert off.earliest == 0 and off.end == len(sent), off
+    assert_same(sent, consume(bs, topic, len(sent)))
+    after = describe(bs, topic)
+    assert after[0][0] == target and after[0][2] > 0
+    # On disk: the partition in the target dir only, no -future or -delete dir left.
+    wait_until(lambda: not list(Path(source).glob(f"{topic}-0*")), what="the source gone")
+    assert [p.name for p in Path(target).glob(f"{topic}-0*")] == [f"{topic}-0"]
     assert "Traceback" not in broker.log_text(), broker.tail()
 
 
