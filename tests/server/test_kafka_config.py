@@ -205,6 +205,8 @@ def test_topic_config_at_broker_level_points_at_the_synonym():
         ("log.retention.check.interval.ms", "0"),
         ("remote.log.storage.system.enable", "maybe"),
         ("process.roles", "broker,voter"),
+        ("replica.alter.log.dirs.io.max.bytes.per.second", "0"),
+        ("replica.alter.log.dirs.io.max.bytes.per.second", "fast"),
     ],
 )
 def test_bad_value_names_key_and_value(key, value):
@@ -212,6 +214,13 @@ def test_bad_value_names_key_and_value(key, value):
         KafkaConfig.from_props({key: value})
     assert e.value.key == key
     assert value in str(e.value)
+
+
+def test_replica_alter_log_dirs_rate_defaults_to_no_limit():
+    c = KafkaConfig.from_props({})
+    assert c.replica_alter_log_dirs_io_max_bytes_per_second == 2**63 - 1
+    c = KafkaConfig.from_props({"replica.alter.log.dirs.io.max.bytes.per.second": "1048576"})
+    assert c.replica_alter_log_dirs_io_max_bytes_per_second == 1 << 20
 
 
 def test_node_id_and_broker_id_synonyms():
