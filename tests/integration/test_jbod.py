@@ -16,6 +16,7 @@ from pathlib import Path
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka.structs import TopicPartition as KTP
     from kafka.structs import TopicPartitionReplica
 
 import pytest
@@ -327,6 +328,33 @@ def _raw_alter(bootstrap: str, path: str, topic: str, partition: int) -> int:
     return int(resp.results[0].partitions[0].error_code)
 
 
+def _partitions_in(c: Cluster, node: int, log_dir: Path) -> int:
+    """How many partitions broker ``node`` has in ``log_dir`` (DescribeLogDirs)."""
+    admin = kp_admin(c.bootstrap)
+    try:
+        (broker,) = admin.describe_log_dirs(None, brokers=[node])
+    finally:
+        admin.close()
+    (d,) = [d for d in broker["log_dirs"] if d["log_dir"] == str(log_dir)]
+    return sum(len(t["partitions"]) for t in d["topics"])
+
+
+def _reassign(c: Cluster, topic: str, replicas: list[int]) -> None:
+    """AlterPartitionReassignments with kafka-python; waits until done, the ISR full."""
+    admin = kp_admin(c.bootstrap)
+    try:
+        admin.alter_partition_reassignments({KTP(topic, 0): replicas})
+
+        def done() -> bool:
+            p = c.partitions(topic)[0]
+            ongoing = admin.list_partition_reassignments([KTP(topic, 0)])
+            return sorted(p.replicas) == sorted(replicas) == sorted(p.isrs) and not ongoing
+
+        wait_until(done, timeout=120, what=f"the reassignment of {topic}")
+    finally:
+        admin.close()
+
+
 def _tiered_broker(workdir: Path) -> list[str]:
     store = FileStore(workdir / "remote")
     return [*TIERED_BROKER, *store.overrides()]
@@ -367,13 +395,21 @@ def test_moves_of_a_leader_and_a_follower_replica_in_a_cluster(
         )
         leader = c.leader(topic, 0)
         leader_bs = c.brokers[leader].bootstrap
-        # A partition of the cluster that a broker does not host: REPLICA_NOT_AVAILABLE there.
+        # A partition of the cluster that a broker does not host: REPLICA_NOT_AVAILABLE there,
+        # and the dir is where a reassignment creates the replica later (Kafka's preferred
+        # log dir): the dir the broker would not have chosen (it takes the emptier one).
         lone = f"jbod-lone-{unique}"
         c.create_topic(lone, 1, 1)
-        (elsewhere,) = set(c.brokers) - {c.leader(lone, 0)}
-        assert alter(c.bootstrap, {(lone, 0): str(dirs[elsewhere][0])}, node=elsewhere) == {
+        lone_leader = c.leader(lone, 0)
+        (elsewhere,) = set(c.brokers) - {lone_leader}
+        dir_a, dir_b = dirs[elsewhere]
+        in_a, in_b = (_partitions_in(c, elsewhere, d) for d in (dir_a, dir_b))
+        preferred = str(dir_b if in_a <= in_b else dir_a)  # the emptier one is the default
+        assert alter(c.bootstrap, {(lone, 0): preferred}, node=elsewhere) == {
             (lone, 0): REPLICA_NOT_AVAILABLE
         }
+        _reassign(c, lone, [lone_leader, elsewhere])
+        assert _current_dir(c.bootstrap, lone, node=elsewhere) == preferred
         targets = {}
         for i in c.brokers:
             source = _current_dir(c.bootstrap, topic, node=i)

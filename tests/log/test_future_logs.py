@@ -233,3 +233,17 @@ def test_errors(make, tmp_path):
         m.future_logs.check_dir(str(m.log_dirs[1]))
     with pytest.raises(KafkaStorageError):
         m.future_logs.get_or_create("t", 0, m.log_dirs[0])
+
+
+def test_a_preferred_log_dir_places_a_partition_created_later(make):
+    m = make()
+    d1, d2 = m.log_dirs
+    # By default partition 0 goes to d1 (the emptier dir, the first on ties), 1 to d2.
+    m.future_logs.update_preferred_log_dir("later", 0, d2)
+    m.create_topic("later", 2, {})
+    assert m.get_log("later", 0).dir.parent == d2
+    assert m.get_log("later", 1).dir.parent == d1  # the emptier one then
+    # Used once: a re-created partition goes where the broker chooses.
+    m.delete_topic("later")
+    m.create_topic("later", 2, {})
+    assert m.get_log("later", 0).dir.parent == d1

@@ -127,6 +127,9 @@ class FutureLogs:
         self._lm = lm
         self._logs: dict[TopicPartition, Log] = {}  # copy-on-write
         self._cleaning_paused: set[TopicPartition] = set()
+        #: Kafka's preferredLogDirs: where a partition not hosted yet goes when it is created
+        #: (AlterReplicaLogDirs before a reassignment brings it here).
+        self._preferred: dict[TopicPartition, Path] = {}
 
     def get(self, topic: str, partition: int) -> Log | None:
         return self._logs.get((topic, partition))
@@ -224,6 +227,22 @@ class FutureLogs:
                     cleaner.cleaner_manager.resume_cleaning([tp])
                 except RuntimeError as e:  # not paused: nothing to undo
                     log.warning("resuming the cleaning of %s-%d: %s", *tp, e)
+
+    def update_preferred_log_dir(self, topic: str, partition: int, log_dir: Path) -> None:
+        """Kafka's ``maybeUpdatePreferredLogDir``: create the partition in ``log_dir`` if it
+        comes here later (kept until then, or until the broker stops)."""
+        self._preferred[(topic, partition)] = log_dir
+
+    def take_preferred_log_dir(
+        self, topic: str, partition: int, counts: dict[Path, int]
+    ) -> Path | None:
+        """The preferred dir of a partition being created, if one was set and is online
+        (``counts``: partitions per online dir, which counts it)."""
+        d = self._preferred.pop((topic, partition), None)
+        if d is None or d not in counts:
+            return None
+        counts[d] += 1
+        return d
 
     def load(self, futures: dict[TopicPartition, Path]) -> None:
         """Open the future replicas :func:`scan_future_dirs` left (recovered: they were not

@@ -893,7 +893,9 @@ class LogManager:
         try:
             counts = self._partition_counts(dirs)
             for p in partitions:
-                d = self._next_log_dir(counts)
+                d = self.future_logs.take_preferred_log_dir(
+                    info.name, p, counts
+                ) or self._next_log_dir(counts)
                 path = d / lfu.log_dir_name(info.name, p)
                 try:
                     try:

@@ -137,8 +137,11 @@ class ReplicaAlterLogDirsManager:
             p = self._rm.get_partition(topic, partition)
             if p is None:
                 # Kafka: in the cluster but not here: REPLICA_NOT_AVAILABLE (kept for API 34
-                # instead of NOT_LEADER_OR_FOLLOWER); not in the cluster: UNKNOWN_TOPIC_...
+                # instead of NOT_LEADER_OR_FOLLOWER), and the dir is remembered for a replica
+                # created here later (a reassignment, as kafka-reassign-partitions.sh does
+                # with log_dirs); not in the cluster: UNKNOWN_TOPIC_OR_PARTITION.
                 if self._rm.not_here_error(topic, partition) == NotLeaderOrFollower.error_code:
+                    fl.update_preferred_log_dir(topic, partition, target)
                     raise ReplicaNotAvailable(f"{topic}-{partition} is not hosted here")
                 raise UnknownTopicOrPartition(f"{topic}-{partition} does not exist.")
             future = await asyncio.to_thread(fl.get_or_create, topic, partition, target)

@@ -5,7 +5,9 @@ replicas in it (Kafka's ``ReplicaManager.describeLogDirs``).
 AlterReplicaLogDirs needs ALTER on the cluster (else every partition answers
 CLUSTER_AUTHORIZATION_FAILED). Per partition, as Kafka: LOG_DIR_NOT_FOUND (57) for a path not
 in ``log.dirs``, KAFKA_STORAGE_ERROR (56) when that dir (or any dir) is offline,
-REPLICA_NOT_AVAILABLE (9) for a partition of the cluster this broker does not host,
+REPLICA_NOT_AVAILABLE (9) for a partition of the cluster this broker does not host (the dir
+is remembered: a replica a reassignment creates here later goes there, Kafka's preferred log
+dir),
 UNKNOWN_TOPIC_OR_PARTITION (3) for one that does not exist; NONE once the move started (it
 goes on in the background; DescribeLogDirs shows its future replica until it is done).
 
