@@ -44,6 +44,7 @@ NONE = 0
 REPLICA_NOT_AVAILABLE = 9
 UNKNOWN_TOPIC_OR_PARTITION = 3
 CLUSTER_AUTHORIZATION_FAILED = 31
+KAFKA_STORAGE_ERROR = 56
 LOG_DIR_NOT_FOUND = 57
 
 
@@ -294,6 +295,40 @@ def test_errors_of_alter_replica_log_dirs(tmp_path: Path, unique: str) -> None:
         # Nothing moved, nothing half created.
         assert [e[4] for e in describe(bs, topic)] == [False, False]
         assert not list(Path(a).glob("*-future")) and not list(Path(b).glob("*-future"))
+
+
+def test_a_move_to_a_failed_log_dir_answers_kafka_storage_error(
+    tmp_path: Path, unique: str
+) -> None:
+    a, b = _dirs(tmp_path)
+    topic = f"jbod-disk-{unique}"
+    with running_broker(tmp_path, f"log.dirs={a},{b}") as broker:
+        bs = broker.bootstrap
+        cf_create_topic(bs, topic, 1)
+        sent = make_records(20)
+        produce(bs, topic, sent)
+        source = _current_dir(bs, topic)
+        target = b if source == str(a) else a
+        # A dead disk: the target dir is gone, a plain file in its place.
+        parked = target.with_name(target.name + ".parked")
+        target.rename(parked)
+        target.write_bytes(b"a failed disk\n")
+        try:
+            assert alter(bs, {(topic, 0): str(target)}) == {(topic, 0): KAFKA_STORAGE_ERROR}
+            # Now offline: refused at once, and DescribeLogDirs reports it.
+            assert alter(bs, {(topic, 0): str(target)}) == {(topic, 0): KAFKA_STORAGE_ERROR}
+            admin = kp_admin(bs)
+            try:
+                (desc,) = admin.describe_log_dirs([topic])
+            finally:
+                admin.close()
+            errors = {d["log_dir"]: d["error_code"] for d in desc["log_dirs"]}
+            assert errors == {source: NONE, str(target): KAFKA_STORAGE_ERROR}
+            # The partition keeps serving from its own dir.
+            assert_same(sent, consume(bs, topic, len(sent)))
+        finally:
+            target.unlink()
+            parked.rename(target)
 
 
 def test_alter_replica_log_dirs_needs_alter_on_the_cluster(tmp_path: Path, unique: str) -> None:
