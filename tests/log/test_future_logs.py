@@ -120,6 +120,19 @@ def test_a_future_replica_is_filled_and_swapped_in_offsets_unchanged(make):
     assert names(lg.dir.parent, "t-0") == []
 
 
+def test_a_log_start_offset_moved_during_the_move_is_the_new_logs(make):
+    m = make()
+    lg = filled(m)
+    future = m.future_logs.get_or_create("t", 0, other(m, lg))
+    assert future is not None
+    copy_all(lg, future)
+    lg.update_high_watermark(lg.log_end_offset)
+    assert lg.delete_records_before(100) >= 0  # DeleteRecords while it moves
+    new = m.future_logs.replace_current_with_future_log("t", 0)
+    assert new.log_start_offset == 100
+    assert new.read(100, 1 << 20).records[:8] != b""
+
+
 def test_the_tiered_part_is_not_copied_the_log_start_offset_is_kept(make):
     m = make()
     lg = filled(m)

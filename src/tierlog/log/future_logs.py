@@ -332,7 +332,6 @@ class FutureLogs:
             hw = current.high_watermark
             start = current.log_start_offset
             remote = current.highest_offset_in_remote_storage
-            future.maybe_increment_log_start_offset(start)
             target = future.dir.parent
             source = current.dir
             dest = target / lfu.log_dir_name(topic, partition)
