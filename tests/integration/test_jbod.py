@@ -488,7 +488,15 @@ def test_moves_of_a_leader_and_a_follower_replica_in_a_cluster(
         assert not reader.errors, reader.errors[:5]
         c.wait_healthy(topic, 1, 2)  # both replicas in the ISR again
         sent = first + more
-        assert_same(sent, consume(c.bootstrap, topic, len(sent)))
+        got = consume(c.bootstrap, topic, len(sent))
+        offsets = [m.offset() for m in got]
+        bad = next((i for i, o in enumerate(offsets) if o != i), None)
+        assert bad is None, (
+            bad,
+            offsets[max(0, (bad or 0) - 3) : (bad or 0) + 3],
+            Offsets(c.bootstrap, topic),
+        )
+        assert_same(sent, got)
         # The follower's copy, after the moves, is the leader's: make it lead and read again.
         assert Offsets(c.bootstrap, topic).end == len(sent)
     finally:

@@ -325,6 +325,16 @@ class LogManager:
             lg = self._open_unopened(tp)
         return lg
 
+    def current_log(self, topic: str, partition: int) -> Log | None:
+        """:meth:`get_log` for threads that may race a log dir move: a log found closed by
+        the swap of a move (:mod:`~tierlog.log.future_logs`, which holds the lock
+        throughout) is looked up again once the swap is done, so they get the new log."""
+        lg = self.get_log(topic, partition)
+        if lg is not None and lg.closed:
+            with self._lock:
+                lg = self.get_log(topic, partition)
+        return lg
+
     def all_logs(self) -> list[Log]:
         """The logs opened so far (see :meth:`get_log`)."""
         return list(self._logs.values())

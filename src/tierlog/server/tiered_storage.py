@@ -360,7 +360,8 @@ class TieredStorage:
     def log_lookup(self, tp: TopicIdPartition) -> Log | None:
         """The partition's Log on this broker, if its topic id matches (thread-safe)."""
         try:
-            lg = self.log_manager.get_log(tp.topic, tp.partition)
+            # current_log: a remote read racing a log dir move gets the moved log.
+            lg = self.log_manager.current_log(tp.topic, tp.partition)
         except KafkaStorageError as e:
             log.warning("%s: %s", tp, e)  # retried by the next copy or expiration run
             return None
