@@ -205,7 +205,11 @@ def test_move_a_tiered_partition_while_it_is_written_and_its_remote_part_read(
     sent = first + more
     off = Offsets(bs, topic)
     assert off.earliest == 0 and off.end == len(sent), off
-    assert_same(sent, consume(bs, topic, len(sent)))
+    got = consume(bs, topic, len(sent))
+    offsets = [m.offset() for m in got]
+    bad = next((i for i, o in enumerate(offsets) if o != i), None)
+    assert bad is None, (bad, offsets[max(0, (bad or 0) - 3) : (bad or 0) + 3])
+    assert_same(sent, got)
     after = describe(bs, topic)
     assert after[0][0] == target and after[0][2] > 0
     # On disk: the partition in the target dir only, no -future or -delete dir left.
