@@ -12,7 +12,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from tierlog.errors import OffsetOutOfRange, RemoteResourceNotFoundError, RemoteStorageError
+from tierlog.errors import (
+    CorruptRemoteDataError,
+    OffsetOutOfRange,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+)
 from tierlog.log.log_config import LogConfig
 from tierlog.log.log_manager import LogManager
 from tierlog.log.log_segment import FetchDataInfo
@@ -114,7 +119,11 @@ def test_each_partition_gets_its_own_error_others_unaffected(rm, rlm):
         2: RemoteStorageError("S3 down"),
     }
     r = fetch(rm, [(0, 0), (1, 0), (2, 0)])
-    assert [(x.error_code, bytes(x.records)) for x in r] == [(1, b""), (56, b""), (56, b"")]
+    # Missing or corrupt: UNKNOWN_SERVER_ERROR (Kafka's answer to a failed remote read, which
+    # clients report); the store down: KAFKA_STORAGE_ERROR (retriable, ridden out).
+    assert [(x.error_code, bytes(x.records)) for x in r] == [(1, b""), (-1, b""), (56, b"")]
+    rlm.outcome = {2: CorruptRemoteDataError("bad CRC")}
+    assert [x.error_code for x in fetch(rm, [(2, 0)])] == [-1]
     rlm.outcome = {1: RemoteStorageError("S3 down")}
     r = fetch(rm, [(0, 0), (1, 0), (2, 6)])
     assert [x.error_code for x in r] == [0, 56, 0]

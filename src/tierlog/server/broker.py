@@ -1,11 +1,13 @@
 """``tierlog serve``: wiring the broker's parts, startup and clean shutdown.
 
-Startup order: log manager (loads and recovers every log) → ``__consumer_offsets`` → tiered
-storage when ``remote.log.storage.system.enable=true`` (``__remote_log_metadata``, remote
-storage, metadata manager, RemoteLogManager taking every tiered partition; see
-:mod:`tierlog.server.tiered_storage`) → replica manager → group coordinator (replays its
-partitions) → listeners. A line ``tierlog broker started: node N listening on host:port``
-on stderr says it is ready.
+Startup order: listeners bound (not yet accepting) → metrics endpoint → remote storage
+opened and checked (tiered storage on) → log manager (loads and recovers every log) →
+``__consumer_offsets`` → tiered storage when ``remote.log.storage.system.enable=true``
+(``__remote_log_metadata``, metadata manager, RemoteLogManager taking every tiered
+partition; see :mod:`tierlog.server.tiered_storage`) → replica manager → group coordinator
+(replays its partitions) → listeners accept. Nothing is written to the log dirs before the
+listeners are bound and the remote store checked. A line ``tierlog broker started: node N
+listening on host:port`` on stderr says it is ready.
 
 Shutdown (SIGTERM, SIGINT/Ctrl-C): stop accepting and close the connections, stop the group
 coordinator (parked joins get NOT_COORDINATOR), wake parked fetches, stop tiered storage
@@ -45,7 +47,7 @@ from tierlog.server.offset_store import OffsetStore, ensure_offsets_topic
 from tierlog.server.producer_id_manager import ProducerIdManager
 from tierlog.server.remote_log_metadata_publisher import REMOTE_LOG_METADATA_TOPIC_NAME
 from tierlog.server.replica_manager import GROUP_METADATA_TOPIC_NAME, ReplicaManager
-from tierlog.server.tiered_storage import TieredStorage
+from tierlog.server.tiered_storage import TieredStorage, open_remote_storage
 
 if TYPE_CHECKING:
     from tierlog.cluster.cluster_link import PartitionChange
@@ -97,9 +99,37 @@ class Broker:
         credentials = CredentialStore.in_log_dir(c.log_dirs[0])
         channels = build_channel_builders(c, credentials)
         _budget_open_files(c.log_max_open_files)
+        # Bind every listener before anything touches the log dirs (a port in use must not
+        # leave a half-made log dir behind); they accept connections once all is ready.
+        server = SocketServer(
+            self._handle,
+            max_frame_size=c.socket_request_max_bytes,
+            send_buffer_bytes=c.socket_send_buffer_bytes
+            if c.is_set("socket.send.buffer.bytes")
+            else None,
+            receive_buffer_bytes=c.socket_receive_buffer_bytes
+            if c.is_set("socket.receive.buffer.bytes")
+            else None,
+        )
+        self.server = server
+        for e in c.listeners:
+            try:
+                bound = await server.bind(e.host, e.port, channels[e.listener_name])
+            except OSError as err:
+                raise OSError(
+                    err.errno,
+                    f"listener {e.listener_name}://{e.host}:{e.port} cannot bind: "
+                    f"{err.strerror or err}",
+                ) from err
+            self.bound.append(bound)
         if c.metrics_port:  # unset or 0: no endpoint (as before the broker served it)
             # Before any part registers its collectors; a taken port fails startup here.
             self.metrics = self._start_metrics(c)
+            server.request_stats = self.metrics.request_stats
+        rsm = None
+        if c.remote_log_storage_system_enable and c.zookeeper_connect is None:
+            # The remote store checked before the log dirs are touched, as the listeners.
+            rsm = await asyncio.to_thread(open_remote_storage, c)
         cluster_id = None
         if c.zookeeper_connect is not None:
             cluster_id = await self._connect_zookeeper()
@@ -135,6 +165,7 @@ class Broker:
                 lm,
                 asyncio.get_running_loop(),
                 metrics_registry=self.metrics.registry if self.metrics is not None else None,
+                rsm=rsm,
             )
             self.tiered = tiered
             await asyncio.to_thread(tiered.start)
@@ -164,22 +195,7 @@ class Broker:
         await gc.start(cluster=zk_broker is not None)
         self.group_coordinator = gc
         authorizer = await self._start_authorizer()
-
-        server = SocketServer(
-            self._handle,
-            max_frame_size=c.socket_request_max_bytes,
-            send_buffer_bytes=c.socket_send_buffer_bytes
-            if c.is_set("socket.send.buffer.bytes")
-            else None,
-            receive_buffer_bytes=c.socket_receive_buffer_bytes
-            if c.is_set("socket.receive.buffer.bytes")
-            else None,
-        )
-        self.server = server
-        if self.metrics is not None:
-            server.request_stats = self.metrics.request_stats
-        for e in c.listeners:
-            self.bound.append(await server.listen(e.host, e.port, channels[e.listener_name]))
+        await server.start_serving()
         adv = c.advertised_listeners[0]
         port = adv.port or self.bound[0][1]
         host = adv.host or self.bound[0][0]

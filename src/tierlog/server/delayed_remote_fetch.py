@@ -8,11 +8,17 @@ up to ``remote.fetch.max.wait.ms`` (Kafka <= 4.1 served only the first one per r
 gets ``min(partition max bytes, what is left of the request's max bytes)`` and
 ``min_one_message`` only while the response holds no data yet, as a local read. Outcome per
 partition, the others unaffected: data; OFFSET_OUT_OF_RANGE (1) when no remote segment holds
-the offset; KAFKA_STORAGE_ERROR (56, retriable) when remote storage fails or returns corrupt
-data; empty records and no error when the read is not done by the deadline (Kafka's
+the offset; UNKNOWN_SERVER_ERROR (-1) when an object the read needs is missing or corrupt
+(retrying cannot help: Kafka answers -1 for any failed remote read, and clients report it --
+librdkafka as a consumer error, where 56 would only make it refresh its metadata and fetch
+again, a silent stall); KAFKA_STORAGE_ERROR (56, retriable) when remote storage fails
+otherwise (unreachable, a timeout: the consumer rides out the outage); empty records and no
+error when the read is not done by the deadline (Kafka's
 DelayedRemoteFetch expiry: the client simply fetches again) or when
 ``remote.log.manager.fetch.max.bytes.per.second`` is exceeded. Consumers never get
-OFFSET_MOVED_TO_TIERED_STORAGE (109); followers (replica id >= 0) do, as in Kafka. After each
+OFFSET_MOVED_TO_TIERED_STORAGE (109); followers (replica id >= 0) do, as in Kafka. A failure is
+logged at once, then once a minute per remote segment (:class:`LogLimiter`); every one is
+counted in ``RemoteFetchErrorsPerSec`` by the reader. After each
 remote read the range a sequential consumer asks for next is read ahead
 (:mod:`tierlog.server.remote_read_ahead`).
 
@@ -31,8 +37,10 @@ from tierlog.errors import (
     OffsetOutOfRange,
     RemoteResourceNotFoundError,
     RemoteStorageError,
+    UnknownServerError,
 )
 from tierlog.server.remote_read_ahead import RemoteReadAhead
+from tierlog.tiered.log_limiter import LogLimiter
 
 if TYPE_CHECKING:
     from tierlog.cluster.partition import Partition
@@ -51,6 +59,7 @@ class DelayedRemoteFetch:
     def __init__(self, rlm: RemoteLogManager) -> None:
         self.rlm = rlm
         self.read_ahead = RemoteReadAhead(rlm)
+        self.error_log = LogLimiter(60.0)
 
     def plan(
         self,
@@ -125,17 +134,39 @@ class DelayedRemoteFetch:
                 read_ahead.after(fi, info)  # the consumer's next fetch, read meanwhile
             elif isinstance(error, OffsetOutOfRange):
                 r.error_code = OffsetOutOfRange.error_code
-            elif isinstance(error, RemoteResourceNotFoundError):
-                log.error("remote read failed, an object is missing from remote storage "
-                          "(`tierlog remote verify` lists them): %s", error)  # fmt: skip
-                r.error_code = KafkaStorageError.error_code
             elif isinstance(error, RemoteStorageError):
-                log.warning("remote read failed: %s", error)
-                r.error_code = KafkaStorageError.error_code
+                r.error_code = (
+                    UnknownServerError.error_code
+                    if error.permanent
+                    else KafkaStorageError.error_code
+                )
+                self._log_failure(fi, error)
             else:
                 log.error("remote read failed", exc_info=error)
                 r.error_code = KafkaStorageError.error_code
         return throttled
+
+    def _log_failure(self, fi: RemoteStorageFetchInfo, error: RemoteStorageError) -> None:
+        """Once per remote segment (else partition) per minute: what failed, what the
+        client was answered and where to look."""
+        tp = fi.topic_id_partition
+        suppressed = self.error_log.admit((tp, error.segment, type(error)))
+        if suppressed is None:
+            return
+        more = f" ({suppressed} more failures since the last line)" if suppressed else ""
+        if isinstance(error, RemoteResourceNotFoundError):
+            log.error("remote read of %s at offset %d failed, answering UNKNOWN_SERVER_ERROR: "
+                      "an object of remote segment %s is missing from remote storage "
+                      "(`tierlog remote verify` lists them): %s%s",
+                      tp, fi.fetch_offset, error.segment, error, more)  # fmt: skip
+        elif error.permanent:
+            log.error("remote read of %s at offset %d failed, answering UNKNOWN_SERVER_ERROR: "
+                      "remote segment %s is corrupt: %s%s",
+                      tp, fi.fetch_offset, error.segment, error, more)  # fmt: skip
+        else:
+            log.warning("remote read of %s at offset %d failed, answering "
+                        "KAFKA_STORAGE_ERROR (retriable): %s%s",
+                        tp, fi.fetch_offset, error, more)  # fmt: skip
 
     async def answer(
         self, results: list[FetchPartitionResult], max_wait_ms: int

@@ -501,6 +501,19 @@ class SocketServer:
 
         ``channel`` is the listener's security (TLS context, SASL); None: PLAINTEXT.
         """
+        bound = await self.bind(host, port, channel)
+        await self.start_serving()
+        return bound
+
+    async def bind(
+        self, host: str, port: int, channel: ChannelBuilder | None = None
+    ) -> tuple[str, int]:
+        """Bind one listener without accepting yet (:meth:`start_serving` does): the broker
+        binds first, so a port in use stops it before it writes anything to its log dirs.
+
+        Raises:
+            OSError: the address cannot be bound (in use, not local).
+        """
         loop = asyncio.get_running_loop()
         server = await loop.create_server(
             lambda: KafkaConnection(self, channel),
@@ -509,10 +522,17 @@ class SocketServer:
             reuse_address=True,
             backlog=1024,
             ssl=channel.ssl_context if channel is not None else None,
+            start_serving=False,
         )
         self._servers.append(server)
         sockname = server.sockets[0].getsockname()
         return str(sockname[0]), int(sockname[1])
+
+    async def start_serving(self) -> None:
+        """Accept connections on every bound listener."""
+        for s in self._servers:
+            if not s.is_serving():
+                await s.start_serving()
 
     async def stop(self) -> None:
         """Stop accepting and close every connection."""
