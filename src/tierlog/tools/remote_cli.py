@@ -68,13 +68,15 @@ def add_subcommands(sub: SubParsers) -> None:
     )
     rsub = p.add_subparsers(dest="remote_command", required=True, metavar="COMMAND")
     ls = rsub.add_parser("ls", help="list a topic's remote segments")
-    ls.add_argument("target", metavar="TOPIC[-PARTITION]")
+    ls.add_argument("target", metavar="TOPIC[-PARTITION]", help="a topic, or one partition of it")
     ls.add_argument("--all", action="store_true", help="include deleted segments")
     ls.add_argument("--json", action="store_true", help="one JSON document instead of a table")
     _common(ls)
     ls.set_defaults(run=_run_ls)
     verify = rsub.add_parser("verify", help="check that a topic's remote objects are intact")
-    verify.add_argument("target", metavar="TOPIC[-PARTITION]")
+    verify.add_argument(
+        "target", metavar="TOPIC[-PARTITION]", help="a topic, or one partition of it"
+    )
     _common(verify)
     verify.set_defaults(run=_run_verify)
 
@@ -226,7 +228,37 @@ def _context(args: argparse.Namespace, err: TextIO) -> _Context | int:
     except ConfigError as e:
         print(f"tierlog remote: config error: {e}", file=err)
         return 2
-    log_dirs = [Path(d) for d in config.log_dirs]
+    log_dirs = [Path(d).resolve() for d in config.log_dirs]
+    unset = "rsm.config.uri" not in {f"rsm.config.{k}" for k in config.rsm_config}
+    how = (
+        " (rsm.config.uri unset: the default ./data/remote of the current directory)"
+        if unset
+        else ""
+    )
+    print(
+        f"tierlog remote: reading log dirs {', '.join(map(str, log_dirs))} and remote "
+        f"storage {rsm.uri}{how}",
+        file=err,
+    )
+    missing_dirs = [d for d in log_dirs if not d.is_dir()]
+    if missing_dirs:
+        print(
+            f"tierlog remote: log dir {missing_dirs[0]} does not exist; give the broker's "
+            "--config or --override log.dirs=..., or run from its working directory",
+            file=err,
+        )
+        return 2
+    if rsm.is_local and not Path(rsm.root).is_dir():
+        print(
+            f"tierlog remote: remote storage {rsm.uri} does not exist; "
+            + (
+                "set rsm.config.uri (--config or --override rsm.config.uri=file:///...)"
+                if unset
+                else "is rsm.config.uri right?"
+            ),
+            file=err,
+        )
+        return 2
     registry = _registry(log_dirs)
     target: str = args.target
     topic, partition = target, None
@@ -424,6 +456,7 @@ def main_verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from tierlog.tiered.remote_log_segment_metadata import kafka_uuid_str
     from tierlog.tiered.remote_log_segment_state import RemoteLogSegmentState as S
     from tierlog.tiered.storage.segment_objects import INDEXES_SUFFIX, LOG_SUFFIX
+    from tierlog.tools.progress import progress
 
     ctx = _context(args, err)
     if isinstance(ctx, int):
@@ -434,7 +467,8 @@ def main_verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     for h in ctx.histories:
         where = f"{h.tp.topic}-{h.tp.partition} ({kafka_uuid_str(h.tp.topic_id)})"
         live: set[str] = set()
-        for md in sorted(h.segments.values(), key=lambda m: m.start_offset):
+        ordered = sorted(h.segments.values(), key=lambda m: m.start_offset)
+        for md in progress(ordered, total=len(ordered), desc=where, unit="segment"):
             if md.state in (S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED):
                 # in progress (or dangling until the broker's next expiration run)
                 live.add(rsm.object_path(md, LOG_SUFFIX))

@@ -357,6 +357,16 @@ class PyArrowRemoteStorageManager(RemoteStorageManager):
     def filesystem(self) -> pafs.FileSystem:
         return self._fs
 
+    @property
+    def root(self) -> str:
+        """The root path on :attr:`filesystem` (a directory, or ``bucket/prefix``)."""
+        return self._root
+
+    @property
+    def is_local(self) -> bool:
+        """The store is a local directory (``file://``)."""
+        return self._local
+
     def object_path(self, metadata: RemoteLogSegmentMetadata, suffix: str) -> str:
         """Filesystem path of a segment object (``suffix``: ``.log`` or ``.indexes``)."""
         return f"{self._root}/{segment_object_prefix(metadata)}{suffix}"
