@@ -330,6 +330,11 @@ class NonEmptyGroup(ApiError):
     description = "The group is not empty."
 
 
+class GroupSubscribedToTopic(ApiError):
+    error_code = 86
+    description = "The consumer group is actively subscribed to the topic."
+
+
 class FencedLeaderEpoch(ApiError):
     error_code = 74
     retriable = True

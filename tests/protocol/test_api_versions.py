@@ -77,7 +77,7 @@ ISSUE_12 = {
     "AlterUserScramCredentials", "DescribeAcls", "CreateAcls", "DeleteAcls",
 }  # fmt: skip
 # issue 15: the admin APIs operators use
-ISSUE_15 = {"DescribeLogDirs"}
+ISSUE_15 = {"DescribeLogDirs", "OffsetDelete", "DescribeProducers"}
 
 
 def test_exactly_the_apis_of_issues_3_9_12_and_15() -> None:

@@ -16,6 +16,7 @@ def run(capsys, *args: str) -> tuple[int, str, str]:
 
 @pytest.mark.parametrize("command", ["ls", "verify"])
 def test_default_paths_are_named_and_missing_ones_refused(command, capsys, tmp_path, monkeypatch):
+    # ls reads only the metadata (a missing store is a note), verify reads the store too.
     monkeypatch.chdir(tmp_path)
     logs, remote = tmp_path / "data" / "logs", tmp_path / "data" / "remote"
     rc, out, err = run(capsys, command, "orders")
@@ -31,16 +32,18 @@ def test_default_paths_are_named_and_missing_ones_refused(command, capsys, tmp_p
     logs.mkdir(parents=True)
     rc, out, err = run(capsys, command, "orders")
     assert rc == 2 and out == ""
+    note = "" if command == "verify" else " (listing the metadata only)"
     assert (
         f"tierlog remote: remote storage {remote.as_uri()} does not exist; set rsm.config.uri "
-        "(--config or --override rsm.config.uri=file:///...)"
+        f"(--config or --override rsm.config.uri=file:///...){note}\n"
     ) in err
     other = tmp_path / "elsewhere"
     rc, out, err = run(capsys, command, "orders", "--override", f"rsm.config.uri={other.as_uri()}")
     assert rc == 2
     assert f"and remote storage {other.as_uri()}\n" in err
     assert (
-        f"tierlog remote: remote storage {other.as_uri()} does not exist; is rsm.config.uri right?"
+        f"tierlog remote: remote storage {other.as_uri()} does not exist; is rsm.config.uri "
+        f"right?{note}\n"
     ) in err
     other.mkdir()
     rc, out, err = run(capsys, command, "orders", "--override", f"rsm.config.uri={other.as_uri()}")

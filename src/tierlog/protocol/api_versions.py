@@ -92,9 +92,11 @@ class ApiKey(enum.IntEnum):
     INCREMENTAL_ALTER_CONFIGS = 44
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
+    OFFSET_DELETE = 47
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
 
 
 # api key: (advertised min, advertised max). Comments: the highest version each client sends
@@ -137,9 +139,11 @@ ADVERTISED: Final[Mapping[int, tuple[int, int]]] = MappingProxyType(
         ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),  # 1/1/-/-
         ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),  # kio 0-1
         ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),  # kio 0
+        ApiKey.OFFSET_DELETE: (0, 0),  # kio 0 (AdminClient.delete_consumer_group_offsets)
         ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),  # -/0/-/-
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),  # -/0/-/-
         ApiKey.DESCRIBE_CLUSTER: (0, 2),  # kio 0-2
+        ApiKey.DESCRIBE_PRODUCERS: (0, 0),  # kio 0 (AdminClient.describe_producers)
     }
 )
 

@@ -212,8 +212,9 @@ class _Context:
     current_id: uuid.UUID | None
 
 
-def _context(args: argparse.Namespace, err: TextIO) -> _Context | int:
-    """Config, remote storage and the selected partitions' histories, or an exit code."""
+def _context(args: argparse.Namespace, err: TextIO, *, reads_store: bool) -> _Context | int:
+    """Config, remote storage and the selected partitions' histories, or an exit code.
+    ``reads_store``: a missing local store is an error (verify), else a note (ls)."""
     from tierlog.errors import ConfigError
     from tierlog.server.tiered_storage import default_rsm_config
     from tierlog.tiered.storage.pyarrow_remote_storage_manager import (
@@ -255,10 +256,12 @@ def _context(args: argparse.Namespace, err: TextIO) -> _Context | int:
                 "set rsm.config.uri (--config or --override rsm.config.uri=file:///...)"
                 if unset
                 else "is rsm.config.uri right?"
-            ),
+            )
+            + ("" if reads_store else " (listing the metadata only)"),
             file=err,
         )
-        return 2
+        if reads_store:
+            return 2
     registry = _registry(log_dirs)
     target: str = args.target
     topic, partition = target, None
@@ -333,7 +336,7 @@ def main_ls(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from tierlog.tiered.remote_log_segment_metadata import kafka_uuid_str
     from tierlog.tiered.remote_log_segment_state import RemoteLogSegmentState
 
-    ctx = _context(args, err)
+    ctx = _context(args, err, reads_store=False)
     if isinstance(ctx, int):
         return ctx
     doc: list[dict[str, Any]] = []
@@ -458,7 +461,7 @@ def main_verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from tierlog.tiered.storage.segment_objects import INDEXES_SUFFIX, LOG_SUFFIX
     from tierlog.tools.progress import progress
 
-    ctx = _context(args, err)
+    ctx = _context(args, err, reads_store=True)
     if isinstance(ctx, int):
         return ctx
     rsm = ctx.rsm

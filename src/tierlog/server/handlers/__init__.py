@@ -15,6 +15,7 @@ from tierlog.server.handlers import (
     list_offsets,
     log_dirs,
     metadata,
+    offset_delete,
     produce,
     producer,
     replication,
@@ -56,9 +57,11 @@ HANDLERS: Mapping[int, Callable[[Any, Any], Any]] = MappingProxyType(
         44: admin.handle_incremental_alter_configs,
         45: cluster_admin.handle_alter_partition_reassignments,
         46: cluster_admin.handle_list_partition_reassignments,
+        47: offset_delete.handle_offset_delete,
         50: security.handle_describe_user_scram_credentials,
         51: security.handle_alter_user_scram_credentials,
         60: metadata.handle_describe_cluster,
+        61: producer.handle_describe_producers,
     }
 )
 
