@@ -86,6 +86,21 @@ def test_a_missing_remote_object_is_a_consumer_error_logged_once(tiered_env):
     topic = "gone-object"
     _tier_at_rest(b, topic, 1500)
     victim = finished(b, topic, 0)[1]
+    if env.kind == "file":
+        # `remote verify` pointed at a store that does not exist refuses, naming it, rather
+        # than reporting every object missing.
+        wrong = (b.workdir / "no-such-store").as_uri()
+        run = subprocess.run(
+            [sys.executable, "-m", "tierlog.cli", "remote", "verify", topic,
+             *[x for o in b.overrides for x in ("--override", o)],
+             "--override", f"rsm.config.uri={wrong}"],
+            cwd=b.workdir, capture_output=True, text=True, timeout=60, env=_env(),
+        )  # fmt: skip
+        assert run.returncode == 2, run.stdout + run.stderr
+        assert run.stdout == ""
+        assert (
+            f"tierlog remote: remote storage {wrong} does not exist; is rsm.config.uri right?\n"
+        ) in run.stderr
     env.store.delete(object_key(env.store, victim["log_object"]))
     errors_before = _fetch_errors(b, topic)
     t0 = time.monotonic()

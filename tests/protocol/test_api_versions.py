@@ -77,7 +77,10 @@ ISSUE_12 = {
     "AlterUserScramCredentials", "DescribeAcls", "CreateAcls", "DeleteAcls",
 }  # fmt: skip
 # issue 15: the admin APIs operators use
-ISSUE_15 = {"DescribeLogDirs", "OffsetDelete", "DescribeProducers"}
+ISSUE_15 = {
+    "DescribeLogDirs", "OffsetDelete", "DescribeProducers", "DescribeClientQuotas",
+    "AlterClientQuotas",
+}  # fmt: skip
 
 
 def test_exactly_the_apis_of_issues_3_9_12_and_15() -> None:

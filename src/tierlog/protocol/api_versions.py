@@ -93,6 +93,8 @@ class ApiKey(enum.IntEnum):
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
     OFFSET_DELETE = 47
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
@@ -140,6 +142,8 @@ ADVERTISED: Final[Mapping[int, tuple[int, int]]] = MappingProxyType(
         ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),  # kio 0-1
         ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),  # kio 0
         ApiKey.OFFSET_DELETE: (0, 0),  # kio 0 (AdminClient.delete_consumer_group_offsets)
+        ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),  # kio 0-1
+        ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),  # kio 0-1
         ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),  # -/0/-/-
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),  # -/0/-/-
         ApiKey.DESCRIBE_CLUSTER: (0, 2),  # kio 0-2

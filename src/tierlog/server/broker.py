@@ -27,6 +27,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tierlog.coordinator.group.group_coordinator import GroupCoordinator
@@ -36,10 +37,13 @@ from tierlog.log.file_handle_cache import file_handle_cache
 from tierlog.log.log_manager import LogManager
 from tierlog.log.meta_properties import new_cluster_id, stored_cluster_id
 from tierlog.protocol.api_versions import preload_schemas
+from tierlog.quotas.file_quota_store import FILE_NAME as QUOTA_FILE_NAME
+from tierlog.quotas.file_quota_store import FileQuotaStore
 from tierlog.security.channel_builder import build_channel_builders
 from tierlog.security.credential_store import CredentialStore
 from tierlog.security.principal import ANONYMOUS, KafkaPrincipal
 from tierlog.server.broker_metrics import BrokerMetrics
+from tierlog.server.client_quotas import ClientQuotas, ClientQuotaStore
 from tierlog.server.kafka_apis import BrokerEndpoint, KafkaApis
 from tierlog.server.kafka_config import KafkaConfig
 from tierlog.server.network import SocketServer
@@ -206,6 +210,7 @@ class Broker:
             from tierlog.cluster.zk_admin import ZkAdminManager
 
             admin = ZkAdminManager(zk_broker, c.log_config())
+        client_quotas = await self._start_client_quotas(c)
         self.apis = KafkaApis(
             config=c,
             log_manager=lm,
@@ -225,6 +230,7 @@ class Broker:
             credentials=credentials,
             endpoints=endpoints,
             authorizer=authorizer,
+            client_quotas=client_quotas,
         )
         if zk_broker is not None:
             await self._join_cluster(zk_broker, rm, gc)
@@ -241,6 +247,36 @@ class Broker:
             port,
             ",".join(str(d) for d in c.log_dirs),
         )
+
+    async def _start_client_quotas(self, c: KafkaConfig) -> ClientQuotas:
+        """Client quotas from ``<first log dir>/client-quotas.json`` (single node) or
+        ``/config/users`` and ``/config/clients`` (cluster, reloaded on every change)."""
+        store: ClientQuotaStore
+        if self.zk is not None:
+            from tierlog.cluster.zk_client_quotas import ZkClientQuotaStore
+
+            store = zk_store = ZkClientQuotaStore(self.zk)
+        else:
+            store = FileQuotaStore(Path(c.log_dirs[0]) / QUOTA_FILE_NAME)
+        quotas = ClientQuotas(
+            store,
+            num_samples=c.quota_window_num,
+            window_ms=c.quota_window_size_seconds * 1000.0,
+        )
+        await asyncio.to_thread(quotas.load)
+        if self.zk is not None:
+            loop = asyncio.get_running_loop()
+
+            def reload() -> None:  # on ZooKeeper's thread: read here, apply on the loop
+                try:
+                    loaded = zk_store.load()
+                except Exception as e:
+                    log.warning("cannot reload client quotas: %s", e)
+                    return
+                loop.call_soon_threadsafe(quotas.apply, loaded)
+
+            zk_store.watch(reload)
+        return quotas
 
     def _start_metrics(self, c: KafkaConfig) -> BrokerMetrics:
         """Serve ``/metrics`` on ``metrics.port`` (the first listener's host, else loopback)

@@ -347,6 +347,10 @@ _BROKER_ONLY: tuple[BrokerConfigDef, ...] = (
        "Prefix of the RemoteStorageManager's keys."),
     _d("remote.log.metadata.manager.impl.prefix", "string", RLMM_CONFIG_PREFIX, None,
        "Prefix of the RemoteLogMetadataManager's keys."),
+    # --- client quotas (KIP-13, KIP-55): the window byte rates are measured over
+    _d("quota.window.num", "int", 11, _min(1),
+       "Samples of a client's byte rate (producer_byte_rate, consumer_byte_rate quotas)."),
+    _d("quota.window.size.seconds", "int", 1, _min(1), "Length of each quota rate sample."),
     # --- observability
     _d("metrics.port", "int", None, _between(0, 65535),
        "tierlog: port of the Prometheus /metrics endpoint (unset: no endpoint)."),
@@ -646,6 +650,8 @@ class KafkaConfig:
             get("tierlog.remote.storage.startup.check")
         ).lower()
         self.metrics_port: int | None = get("metrics.port")
+        self.quota_window_num: int = get("quota.window.num")
+        self.quota_window_size_seconds: int = get("quota.window.size.seconds")
 
         # the cluster
         self.zookeeper_connect: str | None = get("zookeeper.connect")

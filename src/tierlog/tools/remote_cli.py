@@ -214,7 +214,8 @@ class _Context:
 
 def _context(args: argparse.Namespace, err: TextIO, *, reads_store: bool) -> _Context | int:
     """Config, remote storage and the selected partitions' histories, or an exit code.
-    ``reads_store``: a missing local store is an error (verify), else a note (ls)."""
+    ``reads_store``: a missing local store is an error when there are segments to check
+    (verify), else a note (ls, or nothing tiered yet)."""
     from tierlog.errors import ConfigError
     from tierlog.server.tiered_storage import default_rsm_config
     from tierlog.tiered.storage.pyarrow_remote_storage_manager import (
@@ -249,19 +250,7 @@ def _context(args: argparse.Namespace, err: TextIO, *, reads_store: bool) -> _Co
             file=err,
         )
         return 2
-    if rsm.is_local and not Path(rsm.root).is_dir():
-        print(
-            f"tierlog remote: remote storage {rsm.uri} does not exist; "
-            + (
-                "set rsm.config.uri (--config or --override rsm.config.uri=file:///...)"
-                if unset
-                else "is rsm.config.uri right?"
-            )
-            + ("" if reads_store else " (listing the metadata only)"),
-            file=err,
-        )
-        if reads_store:
-            return 2
+    store_missing = rsm.is_local and not Path(rsm.root).is_dir()
     registry = _registry(log_dirs)
     target: str = args.target
     topic, partition = target, None
@@ -290,6 +279,21 @@ def _context(args: argparse.Namespace, err: TextIO, *, reads_store: bool) -> _Co
         for tp in sorted(histories, key=order)
         if partition is None or tp.partition == partition
     ]
+    if store_missing:
+        # verify needs the store once there is a segment to check; ls only names objects.
+        refuse = reads_store and any(h.segments for h in selected)
+        print(
+            f"tierlog remote: remote storage {rsm.uri} does not exist; "
+            + (
+                "set rsm.config.uri (--config or --override rsm.config.uri=file:///...)"
+                if unset
+                else "is rsm.config.uri right?"
+            )
+            + ("" if refuse else " (listing the metadata only)"),
+            file=err,
+        )
+        if refuse:
+            return 2
     return _Context(config, rsm, selected, current_id)
 
 
