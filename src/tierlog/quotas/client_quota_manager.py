@@ -86,17 +86,20 @@ class ClientQuotaManager:
         self.window_ms = window_ms
         self._quotas: Mapping[ClientQuotaEntity, Mapping[str, float]] = {}
         self._rates: dict[tuple[str, str], Rate] = {}
+        self._active = False
 
     def update_quotas(self, quotas: Mapping[ClientQuotaEntity, Mapping[str, float]]) -> None:
         """Every configured entity's quotas (after a load or an alter). Rates are kept."""
         self._quotas = quotas
-        if not any(self.key in v for v in quotas.values()):
+        self._active = any(self.key in v for v in quotas.values())
+        if not self._active:
             self._rates.clear()
 
     @property
     def active(self) -> bool:
-        """Whether any client has this quota (else recording is skipped)."""
-        return any(self.key in v for v in self._quotas.values())
+        """Whether any client has this quota (else recording is skipped: one attribute
+        read per request on the produce and fetch paths)."""
+        return self._active
 
     def quota(self, user: str, client_id: str) -> tuple[tuple[str, str], float] | None:
         """The sensor key (user tag, client-id tag) and the quota of a client; None: none.
