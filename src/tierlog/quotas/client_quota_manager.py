@@ -30,6 +30,8 @@ from tierlog.quotas.client_quota_entity import ClientQuotaEntity, quota_for
 
 __all__ = ["ClientQuotaManager", "Rate"]
 
+_MAX_RESOLVED = 100_000
+
 
 @dataclass(slots=True)
 class _Sample:
@@ -55,7 +57,9 @@ class Rate:
 
     def _purge(self, now_ms: float) -> None:
         horizon = self.num_samples * self.window_ms
-        self._samples = [s for s in self._samples if now_ms - s.start_ms < horizon]
+        samples = self._samples
+        while samples and now_ms - samples[0].start_ms >= horizon:
+            del samples[0]  # samples are in time order: the expired ones are first
 
     def window_size_ms(self, now_ms: float) -> float:
         """The time the rate is measured over (Kafka's ``Rate.windowSize``)."""
@@ -87,10 +91,13 @@ class ClientQuotaManager:
         self._quotas: Mapping[ClientQuotaEntity, Mapping[str, float]] = {}
         self._rates: dict[tuple[str, str], Rate] = {}
         self._active = False
+        #: (user, client id) -> its sensor and quota (None: no quota); cleared on a change.
+        self._resolved: dict[tuple[str, str], tuple[tuple[str, str], float] | None] = {}
 
     def update_quotas(self, quotas: Mapping[ClientQuotaEntity, Mapping[str, float]]) -> None:
         """Every configured entity's quotas (after a load or an alter). Rates are kept."""
         self._quotas = quotas
+        self._resolved.clear()
         self._active = any(self.key in v for v in quotas.values())
         if not self._active:
             self._rates.clear()
@@ -104,13 +111,22 @@ class ClientQuotaManager:
     def quota(self, user: str, client_id: str) -> tuple[tuple[str, str], float] | None:
         """The sensor key (user tag, client-id tag) and the quota of a client; None: none.
         A part of the matched entity, named or default, tags with the client's real value."""
+        key = (user, client_id)
+        try:
+            return self._resolved[key]
+        except KeyError:
+            pass
         found = quota_for(self._quotas, self.key, user, client_id)
-        if found is None:
-            return None
-        entity, bound = found
-        user_tag = "" if entity.user is None else user
-        client_tag = "" if entity.client_id is None else client_id
-        return (user_tag, client_tag), bound
+        out: tuple[tuple[str, str], float] | None = None
+        if found is not None:
+            entity, bound = found
+            user_tag = "" if entity.user is None else user
+            client_tag = "" if entity.client_id is None else client_id
+            out = (user_tag, client_tag), bound
+        if len(self._resolved) >= _MAX_RESOLVED:
+            self._resolved.clear()  # many short-lived client ids: start over
+        self._resolved[key] = out
+        return out
 
     def record_and_get_throttle_time_ms(
         self, user: str, client_id: str, value: float, now_ms: float, *, unrecord: bool = False
