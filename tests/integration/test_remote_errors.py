@@ -121,6 +121,17 @@ def test_a_missing_remote_object_is_a_consumer_error_logged_once(tiered_env):
     assert " ERROR " in lines[0]
     assert "answering UNKNOWN_SERVER_ERROR" in lines[0]
     assert "is missing from remote storage (`tierlog remote verify` lists them)" in lines[0]
+    # `tierlog consume` reports it too, and exits 1.
+    run = subprocess.run(
+        [sys.executable, "-m", "tierlog.cli", "consume", topic, "-b", b.bootstrap,
+         "--partition", "0", "--offset", str(victim["start_offset"]), "--timeout-ms", "30000"],
+        capture_output=True, text=True, timeout=90, env=_env(),
+    )  # fmt: skip
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert (
+        f"tierlog consume: Fetch from broker 0 failed at offset {victim['start_offset']}"
+    ) in run.stderr
+    assert "Unknown broker error" in run.stderr
 
 
 def test_a_corrupt_remote_object_is_a_consumer_error(tiered_env):
