@@ -19,9 +19,27 @@ def main(argv: list[str] | None = None) -> int:
     return int(args.run(args))
 
 
+EXIT_CODES = """exit codes:
+  0    success
+  1    the operation failed: Kafka answered with an error (an unknown topic or group, a
+       group with members, a failed remote read), or a check found a problem (dump-log,
+       remote verify)
+  2    bad arguments or configuration
+  3    no broker answered (client commands: unreachable, or the request timed out)
+  130  interrupted (Ctrl-C)"""
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from tierlog import __version__
+
     parser = argparse.ArgumentParser(
-        prog="tierlog", description="A Kafka-compatible streaming log with tiered storage."
+        prog="tierlog",
+        description="A Kafka-compatible streaming log with tiered storage.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"tierlog {__version__}", help="print the version"
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_version(sub)
@@ -113,7 +131,14 @@ def _add_dump_log(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "(flagging entries that do not match the log), producer snapshots, transaction "
         "indexes and checkpoints. Exit code 1 when a file is missing or inconsistent.",
     )
-    p.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    p.add_argument(
+        "files",
+        nargs="+",
+        type=Path,
+        metavar="FILE",
+        help=".log, .index, .timeindex, .txnindex, .snapshot, checkpoint files, or a remote "
+        "segment's .indexes object",
+    )
     p.add_argument(
         "--print-data",
         "--print-data-log",
@@ -172,11 +197,20 @@ def _add_scram(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     ssub = p.add_subparsers(dest="scram_command", required=True, metavar="ACTION")
     add = ssub.add_parser("add", help="add or replace a user's credential")
-    add.add_argument("--user", required=True)
+    add.add_argument("--user", required=True, help="the user name")
     add.add_argument(
-        "--mechanism", default="SCRAM-SHA-256", choices=("SCRAM-SHA-256", "SCRAM-SHA-512")
+        "--mechanism",
+        default="SCRAM-SHA-256",
+        choices=("SCRAM-SHA-256", "SCRAM-SHA-512"),
+        help="the SCRAM mechanism (default: SCRAM-SHA-256)",
     )
-    add.add_argument("--iterations", type=int, default=8192, metavar="N")
+    add.add_argument(
+        "--iterations",
+        type=int,
+        default=8192,
+        metavar="N",
+        help="PBKDF2 iterations of the salted password (default: 8192)",
+    )
     add.add_argument(
         "--password-file",
         type=Path,
@@ -186,9 +220,12 @@ def _add_scram(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     _add_log_dir_arguments(add)
     add.set_defaults(run=_run_scram_add)
     rm = ssub.add_parser("delete", help="delete a user's credential")
-    rm.add_argument("--user", required=True)
+    rm.add_argument("--user", required=True, help="the user name")
     rm.add_argument(
-        "--mechanism", default="SCRAM-SHA-256", choices=("SCRAM-SHA-256", "SCRAM-SHA-512")
+        "--mechanism",
+        default="SCRAM-SHA-256",
+        choices=("SCRAM-SHA-256", "SCRAM-SHA-512"),
+        help="the SCRAM mechanism (default: SCRAM-SHA-256)",
     )
     _add_log_dir_arguments(rm)
     rm.set_defaults(run=_run_scram_delete)

@@ -54,6 +54,7 @@ class ConfigError(TierlogError, ValueError):
     def __init__(self, key: str, message: str) -> None:
         super().__init__(f"{key}: {message}")
         self.key = key
+        self.message = message
 
 
 # --------------------------------------------------------------------------- Kafka error codes
@@ -329,6 +330,11 @@ class NonEmptyGroup(ApiError):
     description = "The group is not empty."
 
 
+class GroupSubscribedToTopic(ApiError):
+    error_code = 86
+    description = "The consumer group is actively subscribed to the topic."
+
+
 class FencedLeaderEpoch(ApiError):
     error_code = 74
     retriable = True
@@ -541,11 +547,34 @@ class LogSegmentOffsetOverflowError(StorageError):
 
 
 class RemoteStorageError(TierlogError):
-    """A remote storage operation failed (Kafka's RemoteStorageException)."""
+    """A remote storage operation failed (Kafka's RemoteStorageException).
+
+    ``segment``: the remote segment id (``topic-partition:uuid``) whose read failed, set by
+    the reader when known; the broker keys its rate-limited error log on it.
+    """
+
+    segment: str | None = None
+
+    @property
+    def permanent(self) -> bool:
+        """True when retrying cannot help: the object is gone or its bytes are corrupt."""
+        return False
+
+
+class CorruptRemoteDataError(RemoteStorageError):
+    """A remote object's bytes are corrupt (a bad batch, CRC or index)."""
+
+    @property
+    def permanent(self) -> bool:
+        return True
 
 
 class RemoteResourceNotFoundError(RemoteStorageError):
     """The remote object does not exist (Kafka's RemoteResourceNotFoundException)."""
+
+    @property
+    def permanent(self) -> bool:
+        return True
 
 
 class RemoteStorageNotReadyError(RemoteStorageError):

@@ -92,9 +92,13 @@ class ApiKey(enum.IntEnum):
     INCREMENTAL_ALTER_CONFIGS = 44
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
+    OFFSET_DELETE = 47
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
 
@@ -139,9 +143,13 @@ ADVERTISED: Final[Mapping[int, tuple[int, int]]] = MappingProxyType(
         ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),  # 1/1/-/-
         ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),  # kio 0-1
         ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),  # kio 0
+        ApiKey.OFFSET_DELETE: (0, 0),  # kio 0 (AdminClient.delete_consumer_group_offsets)
+        ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),  # kio 0-1
+        ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),  # kio 0-1
         ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),  # -/0/-/-
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),  # -/0/-/-
         ApiKey.DESCRIBE_CLUSTER: (0, 2),  # kio 0-2
+        ApiKey.DESCRIBE_PRODUCERS: (0, 0),  # kio 0 (AdminClient.describe_producers)
         # KIP-848; v1 (Kafka 4): the client generates its member id. librdkafka 2.16 sends v1.
         ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),  # kio 0-1
         ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),  # kio 0-1 (v1 adds member_type)

@@ -1,12 +1,16 @@
 """``tierlog serve``: wiring the broker's parts, startup and clean shutdown.
 
-Startup order: log manager (loads and recovers every log) → ``__consumer_offsets`` → tiered
-storage when ``remote.log.storage.system.enable=true`` (``__remote_log_metadata``, remote
-storage, metadata manager, RemoteLogManager taking every tiered partition; see
+Startup order: listeners bound (not yet accepting) → metrics endpoint → remote storage
+opened and checked (tiered storage on) → log manager (loads and recovers every log) →
+``__consumer_offsets`` → tiered storage when ``remote.log.storage.system.enable=true``
+(``__remote_log_metadata``, metadata manager, RemoteLogManager taking every tiered
+partition, or in a cluster the partitions as their roles arrive; see
 :mod:`tierlog.server.tiered_storage`) → replica manager → group coordinator (replays its
-partitions) → listeners → (cluster: joining it) → the web console when
+partitions) → listeners accept → (cluster: joining it) → the web console when
 ``console.listener`` is set (:mod:`tierlog.console`, over :mod:`tierlog.server.console_view`).
-A line ``tierlog broker started: node N listening on host:port`` on stderr says it is ready.
+Nothing is written to the log dirs before the listeners are bound and the remote store
+checked. A line ``tierlog broker started: node N listening on host:port`` on stderr says it is
+ready.
 
 Shutdown (SIGTERM, SIGINT/Ctrl-C): stop the console, stop accepting and close the
 connections, stop the group coordinator (parked joins get NOT_COORDINATOR), wake parked
@@ -40,10 +44,13 @@ from tierlog.log.file_handle_cache import file_handle_cache
 from tierlog.log.log_manager import LogManager
 from tierlog.log.meta_properties import new_cluster_id, stored_cluster_id
 from tierlog.protocol.api_versions import preload_schemas
+from tierlog.quotas.file_quota_store import FILE_NAME as QUOTA_FILE_NAME
+from tierlog.quotas.file_quota_store import FileQuotaStore
 from tierlog.security.channel_builder import build_channel_builders
 from tierlog.security.credential_store import CredentialStore
 from tierlog.security.principal import ANONYMOUS, KafkaPrincipal
 from tierlog.server.broker_metrics import BrokerMetrics
+from tierlog.server.client_quotas import ClientQuotas, ClientQuotaStore
 from tierlog.server.console_view import ConsoleView
 from tierlog.server.group_config_store import GROUP_CONFIGS_FILE, load_group_configs
 from tierlog.server.handlers.consumer_group import current_topics
@@ -57,7 +64,7 @@ from tierlog.server.remote_log_metadata_publisher import (
     remote_log_metadata_topic_configs,
 )
 from tierlog.server.replica_manager import GROUP_METADATA_TOPIC_NAME, ReplicaManager
-from tierlog.server.tiered_storage import TieredStorage
+from tierlog.server.tiered_storage import TieredStorage, open_remote_storage
 
 if TYPE_CHECKING:
     from tierlog.cluster.cluster_link import PartitionChange
@@ -117,9 +124,37 @@ class Broker:
         credentials = CredentialStore.in_log_dir(c.log_dirs[0])
         channels = build_channel_builders(c, credentials)
         _budget_open_files(c.log_max_open_files)
+        # Bind every listener before anything touches the log dirs (a port in use must not
+        # leave a half-made log dir behind); they accept connections once all is ready.
+        server = SocketServer(
+            self._handle,
+            max_frame_size=c.socket_request_max_bytes,
+            send_buffer_bytes=c.socket_send_buffer_bytes
+            if c.is_set("socket.send.buffer.bytes")
+            else None,
+            receive_buffer_bytes=c.socket_receive_buffer_bytes
+            if c.is_set("socket.receive.buffer.bytes")
+            else None,
+        )
+        self.server = server
+        for e in c.listeners:
+            try:
+                bound = await server.bind(e.host, e.port, channels[e.listener_name])
+            except OSError as err:
+                raise OSError(
+                    err.errno,
+                    f"listener {e.listener_name}://{e.host}:{e.port} cannot bind: "
+                    f"{err.strerror or err}",
+                ) from err
+            self.bound.append(bound)
         if c.metrics_port:  # unset or 0: no endpoint (as before the broker served it)
             # Before any part registers its collectors; a taken port fails startup here.
             self.metrics = self._start_metrics(c)
+            server.request_stats = self.metrics.request_stats
+        rsm = None
+        if c.remote_log_storage_system_enable:
+            # The remote store checked before the log dirs are touched, as the listeners.
+            rsm = await asyncio.to_thread(open_remote_storage, c)
         cluster_id = None
         if c.zookeeper_connect is not None:
             cluster_id = await self._connect_zookeeper()
@@ -155,6 +190,7 @@ class Broker:
                 lm,
                 asyncio.get_running_loop(),
                 metrics_registry=self.metrics.registry if self.metrics is not None else None,
+                rsm=rsm,
             )
             self.tiered = tiered
             if zk_broker is None:
@@ -199,22 +235,7 @@ class Broker:
         await gc.start(cluster=zk_broker is not None)
         self.group_coordinator = gc
         authorizer = await self._start_authorizer()
-
-        server = SocketServer(
-            self._handle,
-            max_frame_size=c.socket_request_max_bytes,
-            send_buffer_bytes=c.socket_send_buffer_bytes
-            if c.is_set("socket.send.buffer.bytes")
-            else None,
-            receive_buffer_bytes=c.socket_receive_buffer_bytes
-            if c.is_set("socket.receive.buffer.bytes")
-            else None,
-        )
-        self.server = server
-        if self.metrics is not None:
-            server.request_stats = self.metrics.request_stats
-        for e in c.listeners:
-            self.bound.append(await server.listen(e.host, e.port, channels[e.listener_name]))
+        await server.start_serving()
         adv = c.advertised_listeners[0]
         port = adv.port or self.bound[0][1]
         host = adv.host or self.bound[0][0]
@@ -225,6 +246,7 @@ class Broker:
             from tierlog.cluster.zk_admin import ZkAdminManager
 
             admin = ZkAdminManager(zk_broker, c.log_config())
+        client_quotas = await self._start_client_quotas(c)
         self.apis = KafkaApis(
             config=c,
             log_manager=lm,
@@ -244,6 +266,7 @@ class Broker:
             credentials=credentials,
             endpoints=endpoints,
             authorizer=authorizer,
+            client_quotas=client_quotas,
         )
         if zk_broker is not None:
             await self._join_cluster(zk_broker, rm, gc)
@@ -262,6 +285,36 @@ class Broker:
             port,
             ",".join(str(d) for d in c.log_dirs),
         )
+
+    async def _start_client_quotas(self, c: KafkaConfig) -> ClientQuotas:
+        """Client quotas from ``<first log dir>/client-quotas.json`` (single node) or
+        ``/config/users`` and ``/config/clients`` (cluster, reloaded on every change)."""
+        store: ClientQuotaStore
+        if self.zk is not None:
+            from tierlog.cluster.zk_client_quotas import ZkClientQuotaStore
+
+            store = zk_store = ZkClientQuotaStore(self.zk)
+        else:
+            store = FileQuotaStore(Path(c.log_dirs[0]) / QUOTA_FILE_NAME)
+        quotas = ClientQuotas(
+            store,
+            num_samples=c.quota_window_num,
+            window_ms=c.quota_window_size_seconds * 1000.0,
+        )
+        await asyncio.to_thread(quotas.load)
+        if self.zk is not None:
+            loop = asyncio.get_running_loop()
+
+            def reload() -> None:  # on ZooKeeper's thread: read here, apply on the loop
+                try:
+                    loaded = zk_store.load()
+                except Exception as e:
+                    log.warning("cannot reload client quotas: %s", e)
+                    return
+                loop.call_soon_threadsafe(quotas.apply, loaded)
+
+            zk_store.watch(reload)
+        return quotas
 
     def _start_metrics(self, c: KafkaConfig) -> BrokerMetrics:
         """Serve ``/metrics`` on ``metrics.port`` (the first listener's host, else loopback)

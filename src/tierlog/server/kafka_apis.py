@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from tierlog.log.log_manager import LogManager
     from tierlog.security.acl_checks import BrokerAuthorizer
     from tierlog.security.credential_store import CredentialStore
+    from tierlog.server.client_quotas import ClientQuotas
     from tierlog.server.kafka_config import KafkaConfig
     from tierlog.server.producer_id_manager import ProducerIdManager
     from tierlog.server.replica_manager import ReplicaManager
@@ -157,6 +158,7 @@ class KafkaApis:
         credentials: CredentialStore | None = None,
         endpoints: Mapping[str, BrokerEndpoint] | None = None,
         authorizer: BrokerAuthorizer | None = None,
+        client_quotas: ClientQuotas | None = None,
     ) -> None:
         self.config = config
         self.log_manager = log_manager
@@ -188,6 +190,12 @@ class KafkaApis:
         self.credentials = credentials
         #: ACLs (authorizer.class.name); None: every request is allowed, at no cost.
         self.authorizer = authorizer
+        if client_quotas is None:  # tests that build KafkaApis by hand: no quota, in memory
+            from tierlog.server.client_quotas import ClientQuotas, MemoryQuotaStore
+
+            client_quotas = ClientQuotas(MemoryQuotaStore())
+        #: producer_byte_rate / consumer_byte_rate quotas and the APIs 48/49.
+        self.client_quotas = client_quotas
         from tierlog.server.handlers import HANDLERS
 
         self._handlers: dict[int, Handler] = dict(HANDLERS)

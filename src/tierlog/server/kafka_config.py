@@ -49,6 +49,7 @@ from tierlog.server.config_def import between as _between
 from tierlog.server.config_def import define as _d
 from tierlog.server.config_def import format_config_value as _format
 from tierlog.server.config_def import ignored as _ignored
+from tierlog.server.config_def import one_of as _one_of
 from tierlog.server.config_def import parse_config_value as _parse_value
 
 if TYPE_CHECKING:
@@ -371,6 +372,12 @@ _BROKER_ONLY: tuple[BrokerConfigDef, ...] = (
        "Largest backoff of a failing remote copy task."),
     _d("remote.log.manager.task.retry.jitter", "double", 0.2, None,
        "Random jitter (+-fraction) applied to the remote copy task backoff."),
+    # tierlog.*: Kafka has no such check; a key of ours under Kafka's remote.log.* could
+    # collide with a future KIP's, and the prefix tells a reader no Kafka document covers it.
+    _d("tierlog.remote.storage.startup.check", "string", "fail",
+       _one_of("fail", "warn", "none"),
+       "tierlog: at startup, write, read and delete a probe object in remote storage: fail "
+       "(refuse to start when it fails), warn (log it and start anyway), none (no check)."),
     _d("remote.log.metadata.custom.metadata.max.bytes", "int", 128, _min(0),
        "Largest custom metadata a RemoteStorageManager may return per segment."),
     _ignored("remote.log.storage.manager.class.name", "string", None, None, _NO_PLUGIN),
@@ -383,6 +390,10 @@ _BROKER_ONLY: tuple[BrokerConfigDef, ...] = (
        "Prefix of the RemoteStorageManager's keys."),
     _d("remote.log.metadata.manager.impl.prefix", "string", RLMM_CONFIG_PREFIX, None,
        "Prefix of the RemoteLogMetadataManager's keys."),
+    # --- client quotas (KIP-13, KIP-55): the window byte rates are measured over
+    _d("quota.window.num", "int", 11, _min(1),
+       "Samples of a client's byte rate (producer_byte_rate, consumer_byte_rate quotas)."),
+    _d("quota.window.size.seconds", "int", 1, _min(1), "Length of each quota rate sample."),
     # --- observability
     _d("metrics.port", "int", None, _between(0, 65535),
        "tierlog: port of the Prometheus /metrics endpoint (unset: no endpoint)."),
@@ -719,12 +730,17 @@ class KafkaConfig:
         self.remote_log_manager_task_retry_jitter: float = get(
             "remote.log.manager.task.retry.jitter"
         )
+        self.remote_storage_startup_check: str = str(
+            get("tierlog.remote.storage.startup.check")
+        ).lower()
         self.metrics_port: int | None = get("metrics.port")
         listener = get("console.listener")
         #: (host, port) of the web console; None: no console.
         self.console_listener: tuple[str, int] | None = (
             None if listener is None else parse_console_listener(listener)
         )
+        self.quota_window_num: int = get("quota.window.num")
+        self.quota_window_size_seconds: int = get("quota.window.size.seconds")
 
         # the cluster
         self.zookeeper_connect: str | None = get("zookeeper.connect")

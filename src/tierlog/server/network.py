@@ -15,6 +15,9 @@ Guarantees:
 * Bounded memory per connection (backpressure): when ``max_in_flight`` requests or
   ``max_in_flight_bytes`` request bytes are unanswered, or the socket's write buffer is over
   its high-water mark, the connection stops reading; it resumes when responses drain.
+* Client quotas (KIP-219): after a response with a non-zero ``throttle_time`` the connection
+  reads nothing for that long (Kafka's channel muting), so a client that ignores the field is
+  held back by TCP.
 * A malformed or oversized frame, or a handler bug, closes that connection with one log line;
   the broker keeps serving everybody else.
 * Security (per listener, :class:`~tierlog.security.channel_builder.ChannelBuilder`): TLS is
@@ -33,6 +36,7 @@ Not thread-safe: everything runs on the event loop thread.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import inspect
 import logging
 import socket
@@ -93,6 +97,8 @@ class KafkaConnection(asyncio.Protocol):
         self._in_flight_bytes = 0
         self._reading_paused = False
         self._writing_paused = False
+        #: Muted until this time.monotonic() (a quota's throttle time).
+        self._muted_until = 0.0
         self._closing = False
         self._eof = False
         self._out: list[Any] = []
@@ -197,6 +203,7 @@ class KafkaConnection(asyncio.Protocol):
         s = self._server
         return (
             self._writing_paused
+            or (self._muted_until > 0.0 and time.monotonic() < self._muted_until)
             or self._conn.in_flight >= s.max_in_flight
             or self._in_flight_bytes >= s.max_in_flight_bytes
         )
@@ -373,6 +380,25 @@ class KafkaConnection(asyncio.Protocol):
                 return
         if parts:
             self._out.extend(parts)
+        throttle = getattr(response, "throttle_time", None)
+        if isinstance(throttle, datetime.timedelta) and throttle.total_seconds() > 0:
+            self._mute(throttle.total_seconds())
+
+    def _mute(self, seconds: float) -> None:
+        """Read nothing for ``seconds`` (a throttled client, Kafka's muted channel)."""
+        until = time.monotonic() + seconds
+        if until <= self._muted_until:
+            return
+        self._muted_until = until
+        self._pause_reading()
+        asyncio.get_running_loop().call_later(seconds, self._unmute)
+
+    def _unmute(self) -> None:
+        if self._closing or time.monotonic() < self._muted_until:
+            return
+        self._muted_until = 0.0
+        if self._reading_paused and not self._over_limits():
+            self._pump()
 
     def _flush(self) -> None:
         """Write everything encoded so far in one call."""
@@ -501,6 +527,19 @@ class SocketServer:
 
         ``channel`` is the listener's security (TLS context, SASL); None: PLAINTEXT.
         """
+        bound = await self.bind(host, port, channel)
+        await self.start_serving()
+        return bound
+
+    async def bind(
+        self, host: str, port: int, channel: ChannelBuilder | None = None
+    ) -> tuple[str, int]:
+        """Bind one listener without accepting yet (:meth:`start_serving` does): the broker
+        binds first, so a port in use stops it before it writes anything to its log dirs.
+
+        Raises:
+            OSError: the address cannot be bound (in use, not local).
+        """
         loop = asyncio.get_running_loop()
         server = await loop.create_server(
             lambda: KafkaConnection(self, channel),
@@ -509,10 +548,17 @@ class SocketServer:
             reuse_address=True,
             backlog=1024,
             ssl=channel.ssl_context if channel is not None else None,
+            start_serving=False,
         )
         self._servers.append(server)
         sockname = server.sockets[0].getsockname()
         return str(sockname[0]), int(sockname[1])
+
+    async def start_serving(self) -> None:
+        """Accept connections on every bound listener."""
+        for s in self._servers:
+            if not s.is_serving():
+                await s.start_serving()
 
     async def stop(self) -> None:
         """Stop accepting and close every connection."""

@@ -53,7 +53,12 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from tierlog.errors import CorruptIndexError, RemoteResourceNotFoundError, RemoteStorageError
+from tierlog.errors import (
+    CorruptIndexError,
+    CorruptRemoteDataError,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+)
 from tierlog.log.offset_index import OffsetIndex, OffsetPosition
 from tierlog.log.time_index import TimeIndex
 from tierlog.tiered.remote_log_segment_metadata import (
@@ -491,8 +496,8 @@ class RemoteIndexCache:
                 flight.done.wait()
                 if flight.error is not None:
                     err = flight.error
-                    if isinstance(err, RemoteResourceNotFoundError):
-                        raise RemoteResourceNotFoundError(str(err)) from err
+                    if isinstance(err, (RemoteResourceNotFoundError, CorruptRemoteDataError)):
+                        raise type(err)(str(err)) from err
                     raise RemoteStorageError(str(err)) from err
                 continue  # the entry is in the map now (or already evicted: fetch again)
             return self._fill(metadata, key, flight)
@@ -587,7 +592,7 @@ class RemoteIndexCache:
         indexes = self._rsm.fetch_indexes(metadata, CACHED_INDEX_TYPES)  # ONE remote request
         for required in (IndexType.OFFSET, IndexType.TIMESTAMP):
             if required not in indexes:
-                raise RemoteStorageError(
+                raise CorruptRemoteDataError(
                     f"remote indexes of {metadata.remote_log_segment_id} lack the "
                     f"{required.name} index"
                 )
@@ -602,7 +607,7 @@ class RemoteIndexCache:
                     end_offset=metadata.end_offset,
                 )  # fmt: skip
             except CorruptIndexError as e:
-                raise RemoteStorageError(
+                raise CorruptRemoteDataError(
                     f"corrupt index in remote storage for {metadata.remote_log_segment_id}: {e}"
                 ) from e
             probe._close(delete_files=False)

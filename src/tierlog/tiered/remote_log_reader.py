@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from tierlog.errors import (
     CorruptRecordError,
+    CorruptRemoteDataError,
     InvalidRecord,
     OffsetOutOfRange,
     RemoteStorageError,
@@ -129,7 +130,7 @@ def read_range(
 
 
 def _corrupt(metadata: RemoteLogSegmentMetadata, position: int, why: str) -> RemoteStorageError:
-    return RemoteStorageError(
+    return CorruptRemoteDataError(
         f"corrupt data in remote segment {metadata.remote_log_segment_id} "
         f"[{metadata.start_offset}, {metadata.end_offset}] at byte {position}: {why}"
     )
@@ -339,7 +340,12 @@ class RemoteLogReads:
                 f"offset {offset} of {tp} (leader epoch {epoch}) is not in remote storage"
             )
         while md is not None:
-            info = self._read_segment(md, fi)
+            try:
+                info = self._read_segment(md, fi)
+            except RemoteStorageError as e:
+                if e.segment is None:  # the object the broker's error log names
+                    e.segment = str(md.remote_log_segment_id)
+                raise
             if info is not None:
                 return info
             md = self._next_segment(tp, lg, md)
@@ -359,7 +365,7 @@ class RemoteLogReads:
                     data, start, fi.fetch_offset, fi.max_bytes, fi.min_one_message, md
                 )
                 if info is None and end < size:
-                    raise RemoteStorageError(
+                    raise CorruptRemoteDataError(
                         f"offset {fi.fetch_offset} not found in bytes [{start}, {end}) of "
                         f"{md.remote_log_segment_id}: inconsistent offset index"
                     )
@@ -493,7 +499,7 @@ class RemoteLogReads:
                 if header.max_timestamp < timestamp or header.last_offset < start_offset:
                     continue
                 if header.magic != CURRENT_MAGIC or compute_crc(data, header) != header.crc:
-                    raise RemoteStorageError(
+                    raise CorruptRemoteDataError(
                         f"corrupt batch at byte {position + header.position} of remote segment "
                         f"{md.remote_log_segment_id}"
                     )

@@ -346,6 +346,9 @@ class RemoteLogManagerCore:
                 self._update_state(metadata, _S.DELETE_SEGMENT_FINISHED)
             except (RemoteResourceNotFoundError, InvalidRemoteStateTransitionError):
                 pass
+            log.info("deleted remote segment %d-%d of %s (%s, %d bytes) from remote storage",
+                     metadata.start_offset, metadata.end_offset, tp,
+                     metadata.remote_log_segment_id, metadata.segment_size_in_bytes)  # fmt: skip
         except Exception as e:
             m.delete_errors.inc()
             if isinstance(e, RemoteStorageError):

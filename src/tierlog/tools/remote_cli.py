@@ -68,13 +68,15 @@ def add_subcommands(sub: SubParsers) -> None:
     )
     rsub = p.add_subparsers(dest="remote_command", required=True, metavar="COMMAND")
     ls = rsub.add_parser("ls", help="list a topic's remote segments")
-    ls.add_argument("target", metavar="TOPIC[-PARTITION]")
+    ls.add_argument("target", metavar="TOPIC[-PARTITION]", help="a topic, or one partition of it")
     ls.add_argument("--all", action="store_true", help="include deleted segments")
     ls.add_argument("--json", action="store_true", help="one JSON document instead of a table")
     _common(ls)
     ls.set_defaults(run=_run_ls)
     verify = rsub.add_parser("verify", help="check that a topic's remote objects are intact")
-    verify.add_argument("target", metavar="TOPIC[-PARTITION]")
+    verify.add_argument(
+        "target", metavar="TOPIC[-PARTITION]", help="a topic, or one partition of it"
+    )
     _common(verify)
     verify.set_defaults(run=_run_verify)
 
@@ -210,8 +212,10 @@ class _Context:
     current_id: uuid.UUID | None
 
 
-def _context(args: argparse.Namespace, err: TextIO) -> _Context | int:
-    """Config, remote storage and the selected partitions' histories, or an exit code."""
+def _context(args: argparse.Namespace, err: TextIO, *, reads_store: bool) -> _Context | int:
+    """Config, remote storage and the selected partitions' histories, or an exit code.
+    ``reads_store``: a missing local store is an error when there are segments to check
+    (verify), else a note (ls, or nothing tiered yet)."""
     from tierlog.errors import ConfigError
     from tierlog.server.tiered_storage import default_rsm_config
     from tierlog.tiered.storage.pyarrow_remote_storage_manager import (
@@ -226,7 +230,27 @@ def _context(args: argparse.Namespace, err: TextIO) -> _Context | int:
     except ConfigError as e:
         print(f"tierlog remote: config error: {e}", file=err)
         return 2
-    log_dirs = [Path(d) for d in config.log_dirs]
+    log_dirs = [Path(d).resolve() for d in config.log_dirs]
+    unset = "rsm.config.uri" not in {f"rsm.config.{k}" for k in config.rsm_config}
+    how = (
+        " (rsm.config.uri unset: the default ./data/remote of the current directory)"
+        if unset
+        else ""
+    )
+    print(
+        f"tierlog remote: reading log dirs {', '.join(map(str, log_dirs))} and remote "
+        f"storage {rsm.uri}{how}",
+        file=err,
+    )
+    missing_dirs = [d for d in log_dirs if not d.is_dir()]
+    if missing_dirs:
+        print(
+            f"tierlog remote: log dir {missing_dirs[0]} does not exist; give the broker's "
+            "--config or --override log.dirs=..., or run from its working directory",
+            file=err,
+        )
+        return 2
+    store_missing = rsm.is_local and not Path(rsm.root).is_dir()
     registry = _registry(log_dirs)
     target: str = args.target
     topic, partition = target, None
@@ -255,6 +279,21 @@ def _context(args: argparse.Namespace, err: TextIO) -> _Context | int:
         for tp in sorted(histories, key=order)
         if partition is None or tp.partition == partition
     ]
+    if store_missing:
+        # verify needs the store once there is a segment to check; ls only names objects.
+        refuse = reads_store and any(h.segments for h in selected)
+        print(
+            f"tierlog remote: remote storage {rsm.uri} does not exist; "
+            + (
+                "set rsm.config.uri (--config or --override rsm.config.uri=file:///...)"
+                if unset
+                else "is rsm.config.uri right?"
+            )
+            + ("" if refuse else " (listing the metadata only)"),
+            file=err,
+        )
+        if refuse:
+            return 2
     return _Context(config, rsm, selected, current_id)
 
 
@@ -301,7 +340,7 @@ def main_ls(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from tierlog.tiered.remote_log_segment_metadata import kafka_uuid_str
     from tierlog.tiered.remote_log_segment_state import RemoteLogSegmentState
 
-    ctx = _context(args, err)
+    ctx = _context(args, err, reads_store=False)
     if isinstance(ctx, int):
         return ctx
     doc: list[dict[str, Any]] = []
@@ -424,8 +463,9 @@ def main_verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from tierlog.tiered.remote_log_segment_metadata import kafka_uuid_str
     from tierlog.tiered.remote_log_segment_state import RemoteLogSegmentState as S
     from tierlog.tiered.storage.segment_objects import INDEXES_SUFFIX, LOG_SUFFIX
+    from tierlog.tools.progress import progress
 
-    ctx = _context(args, err)
+    ctx = _context(args, err, reads_store=True)
     if isinstance(ctx, int):
         return ctx
     rsm = ctx.rsm
@@ -434,7 +474,8 @@ def main_verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     for h in ctx.histories:
         where = f"{h.tp.topic}-{h.tp.partition} ({kafka_uuid_str(h.tp.topic_id)})"
         live: set[str] = set()
-        for md in sorted(h.segments.values(), key=lambda m: m.start_offset):
+        ordered = sorted(h.segments.values(), key=lambda m: m.start_offset)
+        for md in progress(ordered, total=len(ordered), desc=where, unit="segment"):
             if md.state in (S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED):
                 # in progress (or dangling until the broker's next expiration run)
                 live.add(rsm.object_path(md, LOG_SUFFIX))

@@ -43,6 +43,7 @@ from tierlog.coordinator.group.consumer_group_records import (
     ConsumerGroupKey,
     decode_consumer_group_key,
 )
+from tierlog.coordinator.group.consumer_protocol import PROTOCOL_TYPE, subscribed_topics
 from tierlog.coordinator.group.group_metadata import CommittedOffset, GroupMetadata, GroupState
 from tierlog.coordinator.group.group_records import (
     GroupMetadataKey,
@@ -57,6 +58,7 @@ from tierlog.errors import (
     CoordinatorLoadInProgress,
     CoordinatorNotAvailable,
     GroupIdNotFound,
+    GroupSubscribedToTopic,
     InvalidCommitOffsetSize,
     InvalidGroupId,
     LocalProtocolError,
@@ -518,6 +520,47 @@ class GroupMetadataManager:
         )
         return results
 
+    async def delete_offsets(
+        self, group_id: str, partitions: Iterable[tuple[str, int]]
+    ) -> tuple[int, dict[tuple[str, int], int]]:
+        """OffsetDelete (Kafka's ``GroupCoordinator.handleDeleteOffsets``): the group's error
+        and each partition's. A consumer group with members keeps the offsets of the topics
+        its members subscribe to (GROUP_SUBSCRIBED_TO_TOPIC); an Empty group loses any; a
+        non-consumer group with members refuses (NON_EMPTY_GROUP). Tombstones are stored
+        before answering; a partition without an offset simply succeeds."""
+        wanted = list(dict.fromkeys(partitions))
+        if err := self.validate_group_status(group_id, allow_empty=False):
+            return err, {}
+        group = self._groups.get(group_id)
+        if group is None or group.is_(_DEAD):
+            return GroupIdNotFound.error_code, {}
+        codes: dict[tuple[str, int], int] = {}
+        if not group.is_(_EMPTY):
+            if group.protocol_type != PROTOCOL_TYPE:
+                return NonEmptyGroup.error_code, {}
+            subscribed = _subscribed(group)
+            for tp in wanted:
+                if subscribed is None or tp[0] in subscribed:
+                    codes[tp] = GroupSubscribedToTopic.error_code
+        deletable = [tp for tp in wanted if tp not in codes]
+        gone = [tp for tp in deletable if tp in group.offsets]
+        for tp in deletable:
+            codes[tp] = 0
+        if not gone:
+            return 0, codes
+
+        def apply() -> None:
+            for tp in gone:
+                group.offsets.pop(tp, None)
+
+        records: list[Record] = [(OffsetCommitKey(group_id, t, p).encode(), None) for t, p in gone]
+        try:
+            await self._append(self.partition_for(group_id), records, apply)
+        except Exception as exc:
+            code = self.storage_error(exc, commit=False)
+            return code, {}
+        return 0, codes
+
     # ================================================================== persistence
 
     def _load_partition(self, partition: int, on_group_loaded: GroupCallback) -> None:
@@ -623,3 +666,17 @@ class GroupMetadataManager:
             await self._store.append(partition, records)
             if apply is not None:
                 apply()
+
+
+def _subscribed(group: GroupMetadata) -> frozenset[str] | None:
+    """Every topic a member of a consumer group subscribes to (None: one did not parse)."""
+    protocol = group.protocol_name
+    if protocol is None:
+        return None
+    out: set[str] = set()
+    for m in group.members.values():
+        topics = subscribed_topics(m.metadata(protocol))
+        if topics is None:
+            return None
+        out |= topics
+    return frozenset(out)

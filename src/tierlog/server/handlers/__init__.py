@@ -9,6 +9,7 @@ from typing import Any
 from tierlog.server.handlers import (
     acls,
     admin,
+    client_quotas,
     cluster_admin,
     consumer_group,
     fetch,
@@ -16,6 +17,7 @@ from tierlog.server.handlers import (
     list_offsets,
     log_dirs,
     metadata,
+    offset_delete,
     produce,
     producer,
     replication,
@@ -57,11 +59,15 @@ HANDLERS: Mapping[int, Callable[[Any, Any], Any]] = MappingProxyType(
         44: admin.handle_incremental_alter_configs,
         45: cluster_admin.handle_alter_partition_reassignments,
         46: cluster_admin.handle_list_partition_reassignments,
+        47: offset_delete.handle_offset_delete,
+        48: client_quotas.handle_describe_client_quotas,
+        49: client_quotas.handle_alter_client_quotas,
         50: security.handle_describe_user_scram_credentials,
         51: security.handle_alter_user_scram_credentials,
         60: metadata.handle_describe_cluster,
         68: consumer_group.handle_consumer_group_heartbeat,
         69: consumer_group.handle_consumer_group_describe,
+        61: producer.handle_describe_producers,
     }
 )
 

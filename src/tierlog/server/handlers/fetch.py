@@ -109,6 +109,10 @@ def handle_fetch(apis: KafkaApis, ev: Request) -> Any:
 
     isolation = getattr(req, "isolation_level", 0)
     max_bytes = getattr(req, "max_bytes", 2**31 - 1)
+    quotas = apis.client_quotas
+    user, client_id = apis.principal.name, ev.client_id  # read before the first await
+    if replica_id < 0:
+        max_bytes = quotas.fetch_max_bytes(user, client_id, max_bytes)
     coro = apis.replica_manager.fetch(
         flat,
         max_wait_ms=_max_wait_ms(req),
@@ -120,6 +124,15 @@ def handle_fetch(apis: KafkaApis, ev: Request) -> Any:
 
     async def respond() -> Any:
         results = await coro
+        if replica_id < 0 and quotas.fetch.active:
+            # consumer_byte_rate: a throttled fetch is answered empty and not charged (the
+            # client fetches the bytes again after the throttle time), as Kafka.
+            size = sum(r.size for r in results)
+            if throttle := quotas.throttle_fetch(user, client_id, size):
+                return build(
+                    cls,
+                    {"throttle_time": throttle, "error_code": 0, "session_id": 0, "responses": []},
+                )
         return _response(apis, cls, plan, flat, results, by_id, isolation)
 
     return respond()

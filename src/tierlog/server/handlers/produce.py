@@ -54,6 +54,8 @@ def handle_produce(apis: KafkaApis, ev: Request) -> Any:
             error_message="transactions are not supported by this broker",
         )
     timeout_ms = request_timeout_ms(req)
+    # producer_byte_rate: charged the request's size once appended (read before any await).
+    user, client_id, size = apis.principal.name, ev.client_id, getattr(ev, "size", 0)
     # Partitions whose appends may fsync (flush.messages set) are appended in a thread;
     # acks=-1 partitions wait for their ISR.
     pending: list[tuple[dict[str, Any], Awaitable[ProducePartitionResult]]] = []
@@ -103,9 +105,14 @@ def handle_produce(apis: KafkaApis, ev: Request) -> Any:
                 raise CloseConnection(f"acks=0 produce failed: {failed[:5]}")
             return None
         leaders = add_current_leaders(apis, topics_out)
+        throttle = apis.client_quotas.throttle_produce(user, client_id, size)
         return build(
             response_class(PRODUCE, ev.api_version),
-            {"responses": topics_out, "node_endpoints": node_endpoints(apis, leaders)},
+            {
+                "responses": topics_out,
+                "node_endpoints": node_endpoints(apis, leaders),
+                "throttle_time": throttle,
+            },
         )
 
     if not pending:

@@ -23,6 +23,7 @@ Thread-safe: pyarrow filesystems are; the chunk-index cache has a lock.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import threading
@@ -37,7 +38,7 @@ import cramjam
 import pyarrow
 import pyarrow.fs as pafs
 
-from tierlog.errors import ConfigError
+from tierlog.errors import ConfigError, RemoteStorageError
 from tierlog.tiered.remote_log_segment_metadata import RemoteLogSegmentMetadata
 from tierlog.tiered.storage.remote_storage_manager import (
     ALL_INDEX_TYPES,
@@ -57,6 +58,8 @@ from tierlog.tiered.storage.segment_objects import (
 )
 
 COMPRESSIONS = ("none", "zstd")
+#: Where :meth:`PyArrowRemoteStorageManager.check_writable` writes (and deletes) its object.
+PROBE_DIR = ".tierlog-startup-check"
 DEFAULT_CHUNK_SIZE = 1 << 20
 _COPY_BLOCK = 8 << 20
 _NO_COPY_FILE_RANGE = frozenset({errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP})
@@ -209,8 +212,21 @@ class PyArrowRemoteStorageManager(RemoteStorageManager):
                 (parsed.netloc + parsed.path if parsed.scheme != "file" else parsed.path),
             )
         elif parsed.scheme == "file":
+            if parsed.netloc not in ("", "localhost"):
+                # file://relative/dir: "relative" is the URI's host and /dir its path, so the
+                # objects would land in /dir at the filesystem root.
+                raise ConfigError(
+                    "uri",
+                    f"{uri!r} is not an absolute file URI: {parsed.netloc!r} would be read as a "
+                    f"host and the objects written to {parsed.path or '/'!r} at the filesystem "
+                    "root; write file:///absolute/dir (three slashes; relative paths are refused)",
+                )
             if not parsed.path.startswith("/"):
-                raise ConfigError("uri", f"file URI needs an absolute path: {uri!r}")
+                raise ConfigError(
+                    "uri",
+                    f"{uri!r} is not an absolute file URI: write file:///absolute/dir "
+                    "(three slashes; relative paths are refused)",
+                )
             fs, root = pafs.LocalFileSystem(), parsed.path
         elif parsed.scheme == "s3":
             if not parsed.netloc:
@@ -275,7 +291,17 @@ class PyArrowRemoteStorageManager(RemoteStorageManager):
                 )
         if "uri" not in configs:
             raise ConfigError("rsm.config.uri", "required")
+        try:
+            return cls._from_config(configs, create_root)
+        except ConfigError as e:  # name the broker's key, not the plugin's
+            if e.key.startswith("rsm.config."):
+                raise
+            raise ConfigError(f"rsm.config.{e.key}", e.message) from None
 
+    @classmethod
+    def _from_config(
+        cls, configs: Mapping[str, str], create_root: bool
+    ) -> PyArrowRemoteStorageManager:
         def num(key: str, default: float) -> float:
             try:
                 return float(configs[key]) if key in configs else default
@@ -296,11 +322,50 @@ class PyArrowRemoteStorageManager(RemoteStorageManager):
             create_root=create_root,
         )
 
+    def check_writable(self) -> None:
+        """Write, read back and delete a small object under the root (the broker's startup
+        check: a wrong endpoint, bucket or permission shows here, not as copy warnings).
+
+        Raises:
+            RemoteStorageError: the store cannot be reached, written, read or cleaned.
+        """
+        import uuid
+
+        path = f"{self._root}/{PROBE_DIR}/{uuid.uuid4().hex}"
+        payload = b"tierlog startup check " + path.encode()
+        errors = (pyarrow.ArrowException,)
+        with map_exceptions(self._what("write a probe object to", path), errors):
+            self._write(path, [payload])
+        with (
+            map_exceptions(self._what("read the probe object", path), errors),
+            self._fs.open_input_stream(path) as f,
+        ):
+            back = f.read()
+        with map_exceptions(self._what("delete the probe object", path), errors):
+            self._fs.delete_file(path)
+        if self._local:
+            with contextlib.suppress(OSError):
+                Path(path).parent.rmdir()
+        if back != payload:
+            raise RemoteStorageError(
+                f"{self._what('read the probe object', path)}: got other bytes than written"
+            )
+
     # ------------------------------------------------------------------ names
 
     @property
     def filesystem(self) -> pafs.FileSystem:
         return self._fs
+
+    @property
+    def root(self) -> str:
+        """The root path on :attr:`filesystem` (a directory, or ``bucket/prefix``)."""
+        return self._root
+
+    @property
+    def is_local(self) -> bool:
+        """The store is a local directory (``file://``)."""
+        return self._local
 
     def object_path(self, metadata: RemoteLogSegmentMetadata, suffix: str) -> str:
         """Filesystem path of a segment object (``suffix``: ``.log`` or ``.indexes``)."""

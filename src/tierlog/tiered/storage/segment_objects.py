@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import crc32c
 
-from tierlog.errors import RemoteStorageError
+from tierlog.errors import CorruptRemoteDataError, RemoteStorageError
 from tierlog.records.record_batch import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_CODEC_MASK,
@@ -64,7 +64,7 @@ _CHUNK_HEAD = struct.Struct(">QII")
 
 
 def _corrupt(msg: str) -> RemoteStorageError:
-    return RemoteStorageError(f"corrupt remote indexes object: {msg}")
+    return CorruptRemoteDataError(f"corrupt remote indexes object: {msg}")
 
 
 def segment_object_prefix(metadata: RemoteLogSegmentMetadata) -> str:
