@@ -77,12 +77,11 @@ ISSUE_12 = {
     "AlterUserScramCredentials", "DescribeAcls", "CreateAcls", "DeleteAcls",
 }  # fmt: skip
 # issue 15: the admin APIs operators use
-ISSUE_15 = {"DescribeLogDirs"}
-ISSUE_15 |= {"ConsumerGroupHeartbeat", "ConsumerGroupDescribe"}  # KIP-848
 ISSUE_15 = {
     "DescribeLogDirs", "OffsetDelete", "DescribeProducers", "DescribeClientQuotas",
     "AlterClientQuotas",
 }  # fmt: skip
+ISSUE_15 |= {"ConsumerGroupHeartbeat", "ConsumerGroupDescribe"}  # KIP-848
 
 
 def test_exactly_the_apis_of_issues_3_9_12_and_15() -> None:
