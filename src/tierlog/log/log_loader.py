@@ -136,10 +136,14 @@ class LogLoader:
 
         first_base = self.segments.first_segment_base_offset or 0
         checkpoint = self.log_start_offset_checkpoint
-        if checkpoint is None:
+        if self.remote_log_enabled:
+            # Kafka's LogLoader: with remote storage the local segments say nothing of the log
+            # start (the part below them may be remote). No checkpoint yet (a crash before the
+            # first one) counts as 0; tiered storage then raises it to the earliest remote
+            # offset it finds (TieredStorage._reconcile_log_start_offsets).
+            log_start_offset = checkpoint or 0
+        elif checkpoint is None:
             log_start_offset = first_base
-        elif self.remote_log_enabled:
-            log_start_offset = checkpoint
         else:
             log_start_offset = max(checkpoint, first_base)
 
