@@ -620,6 +620,15 @@ class UnifiedLog(LocalLog):
                 break
         return found
 
+    def fetch_upper_bound_offset(self, read_offset: int, max_offset: int) -> int:
+        """An offset at or past the end of what a read that returned data from
+        ``read_offset`` on can have returned: the next segment's base offset (a read never
+        spans two segments), at most ``max_offset`` (Kafka's fallback in
+        ``fetchUpperBoundOffset``). Bounds the aborted transactions of a read_committed
+        fetch to its range. One bisect; lock-free."""
+        higher = self._segments.snapshot().higher_segment(read_offset)
+        return max_offset if higher is None else min(higher.base_offset, max_offset)
+
     def _offset_metadata(self, offset: int, snapshot: SegmentsSnapshot) -> LogOffsetMetadata:
         """Where the batch holding ``offset`` starts (cached for the high watermark)."""
         cached = self._hw_metadata
