@@ -3,9 +3,10 @@
 
 The topic is written by hand as a transactional producer and its coordinator would: batches
 of 100 records of 100 bytes from producer ids of their own, 1,000 records (10 batches) per
-transaction, one transaction in 20 aborted, each ended by a COMMIT or ABORT marker
-(WriteTxnMarkers). librdkafka then reads the whole partition from offset 0 to its end, once
-per isolation level, alternately, three times each; the figure is the best time of each.
+transaction, one transaction in 20 aborted (then a second topic: none aborted), each ended
+by a COMMIT or ABORT marker (WriteTxnMarkers). librdkafka then reads the whole partition
+from offset 0 to its end, once per isolation level, alternately, three times each; the
+figure is the best time of each.
 read_committed does more work on both sides: the broker collects the aborted transactions of
 every fetched range from the ``.txnindex`` files and the client drops their records; the
 ratio is read_uncommitted time / read_committed time over the same bytes (>= 1 when
@@ -53,8 +54,9 @@ CONSUMER_CONF = {
 }
 
 
-def write_topic(bootstrap: str, topic: str, records: int) -> tuple[int, int]:
-    """The transactions; (records committed, records aborted)."""
+def write_topic(bootstrap: str, topic: str, records: int, abort_every: int) -> tuple[int, int]:
+    """The transactions, one in ``abort_every`` aborted (0: none); (records committed,
+    records aborted)."""
     c = WireClient(bootstrap, timeout=60)
     committed = aborted = 0
     try:
@@ -67,7 +69,7 @@ def write_topic(bootstrap: str, topic: str, records: int) -> tuple[int, int]:
                 batch = txn_batch(pid, values, base_sequence=b * BATCH_RECORDS)
                 code, _ = produce_batch(c, topic, 0, batch, acks=1)
                 assert code == 0, code
-            commit = t % ABORT_EVERY != ABORT_EVERY - 1
+            commit = not abort_every or t % abort_every != abort_every - 1
             assert write_txn_markers(c, pid, commit, {topic: [0]}) == {(topic, 0): 0}
             if commit:
                 committed += TXN_RECORDS
@@ -100,6 +102,37 @@ def consume(bootstrap: str, topic: str, isolation: str) -> tuple[float, int]:
         c.close()
 
 
+def measure(bootstrap: str, records: int, abort_every: int) -> None:
+    topic = f"txn-consume-{abort_every}"
+    t0 = time.perf_counter()
+    committed, aborted = write_topic(bootstrap, topic, records, abort_every)
+    print(
+        f"wrote {committed + aborted:,} records in {(committed + aborted) // TXN_RECORDS}"
+        f" transactions ({aborted:,} aborted) in {time.perf_counter() - t0:.1f} s",
+        flush=True,
+    )
+    best: dict[str, float] = {}
+    for _ in range(3):
+        for isolation, expected in (
+            ("read_uncommitted", committed + aborted),
+            ("read_committed", committed),
+        ):
+            dt, got = consume(bootstrap, topic, isolation)
+            if got != expected:
+                raise RuntimeError(f"{isolation}: {got} records, expected {expected}")
+            best[isolation] = min(best.get(isolation, dt), dt)
+    total = committed + aborted
+    ru, rc = best["read_uncommitted"], best["read_committed"]
+    mb = total * RECORD_SIZE / 1e6
+    what = f"1 in {abort_every} aborted" if abort_every else "none aborted"
+    print(f"consume read_uncommitted ({what}): {total / ru:,.0f} offsets/s ({mb / ru:.1f} MB/s)")
+    print(
+        f"consume read_committed ({what}): {total / rc:,.0f} offsets/s ({mb / rc:.1f} MB/s) "
+        f"({ru / rc:.2f}x vs read_uncommitted, goal >= 0.95)",
+        flush=True,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     quick = bool(os.environ.get("BENCH_QUICK"))
@@ -109,33 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         tempfile.TemporaryDirectory(prefix="bench-txn-") as tmp,
         running_broker(Path(tmp) / "broker") as b,
     ):
-        topic = "txn-consume"
-        t0 = time.perf_counter()
-        committed, aborted = write_topic(b.bootstrap, topic, args.records)
-        print(
-            f"wrote {committed + aborted:,} records in {(committed + aborted) // TXN_RECORDS}"
-            f" transactions ({aborted:,} aborted) in {time.perf_counter() - t0:.1f} s",
-            flush=True,
-        )
-        best: dict[str, float] = {}
-        for _ in range(3):
-            for isolation, expected in (
-                ("read_uncommitted", committed + aborted),
-                ("read_committed", committed),
-            ):
-                dt, got = consume(b.bootstrap, topic, isolation)
-                if got != expected:
-                    raise RuntimeError(f"{isolation}: {got} records, expected {expected}")
-                best[isolation] = min(best.get(isolation, dt), dt)
-    total = committed + aborted
-    ru, rc = best["read_uncommitted"], best["read_committed"]
-    mb = total * RECORD_SIZE / 1e6
-    print(f"consume read_uncommitted: {total / ru:,.0f} offsets/s ({mb / ru:.1f} MB/s)")
-    print(
-        f"consume read_committed: {total / rc:,.0f} offsets/s ({mb / rc:.1f} MB/s) "
-        f"({ru / rc:.2f}x vs read_uncommitted, goal >= 0.95)",
-        flush=True,
-    )
+        for abort_every in (ABORT_EVERY, 0):
+            measure(b.bootstrap, args.records, abort_every)
     return 0
 
 
