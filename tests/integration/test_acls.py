@@ -592,6 +592,9 @@ MATRIX: list[tuple[str, int, int, dict[str, Any], int]] = [
      {"transactional_id": "tx", "transaction_timeout": 60_000}, 53),
     ("InitProducerId, idempotent", 22, 4,
      {"transactional_id": None, "transaction_timeout": 60_000}, 31),
+    ("WriteTxnMarkers", 27, 1, {"markers": [
+        {"producer_id": 1, "producer_epoch": 0, "transaction_result": False,
+         "coordinator_epoch": 0, "topics": [{"name": T, "partition_indexes": [99]}]}]}, 31),
     ("ElectLeaders", 43, 2, {"election_type": 0, "timeout": 30_000,
                              "topic_partitions": [{"topic": T, "partitions": [0]}]}, 31),
     ("AlterPartitionReassignments", 45, 0, {"timeout": 30_000, "topics": []}, 31),
@@ -618,7 +621,7 @@ MATRIX: list[tuple[str, int, int, dict[str, Any], int]] = [
 AUTHORIZATION_ERRORS = {29, 30, 31, 53}
 TOPIC_, GROUP_, CLUSTER_, TXN_ = 2, 3, 4, 5
 READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE = 3, 4, 5, 6, 7, 8
-DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE = 10, 11, 12
+CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE = 9, 10, 11, 12
 KC = "kafka-cluster"
 #: The literal ACLs (resource type, name, operation) Kafka requires for each row, exactly.
 NEEDS: dict[str, list[tuple[int, str, int]]] = {
@@ -645,6 +648,7 @@ NEEDS: dict[str, list[tuple[int, str, int]]] = {
     "FindCoordinator, a transactional id": [(TXN_, "tx", DESCRIBE)],
     "InitProducerId, transactional": [(TXN_, "tx", WRITE)],
     "InitProducerId, idempotent": [(CLUSTER_, KC, IDEMPOTENT_WRITE)],
+    "WriteTxnMarkers": [(CLUSTER_, KC, CLUSTER_ACTION)],
     "ElectLeaders": [(CLUSTER_, KC, ALTER)],
     "AlterPartitionReassignments": [(CLUSTER_, KC, ALTER)],
     "ListPartitionReassignments": [(CLUSTER_, KC, DESCRIBE)],

@@ -82,10 +82,12 @@ ISSUE_15 = {
     "AlterClientQuotas",
 }  # fmt: skip
 ISSUE_15 |= {"ConsumerGroupHeartbeat", "ConsumerGroupDescribe"}  # KIP-848
+# issue 11: transactions (the log's side; the coordinator's APIs add to it)
+ISSUE_11 = {"WriteTxnMarkers"}
 
 
 def test_exactly_the_apis_of_issues_3_9_12_and_15() -> None:
-    assert {api_name(k) for k in ADVERTISED} == ISSUE_3 | ISSUE_9 | ISSUE_12 | ISSUE_15
+    assert {api_name(k) for k in ADVERTISED} == ISSUE_3 | ISSUE_9 | ISSUE_12 | ISSUE_15 | ISSUE_11
     assert set(ADVERTISED) == set(ApiKey)
 
 

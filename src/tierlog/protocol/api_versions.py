@@ -79,6 +79,7 @@ class ApiKey(enum.IntEnum):
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    WRITE_TXN_MARKERS = 27
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
     DELETE_ACLS = 31
@@ -129,6 +130,7 @@ ADVERTISED: Final[Mapping[int, tuple[int, int]]] = MappingProxyType(
         ApiKey.DELETE_RECORDS: (0, 2),  # 2/2/2/1
         ApiKey.INIT_PRODUCER_ID: (0, 4),  # 4/4/0/1; kio 0-6 (v5+ is KIP-890/939)
         ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),  # 4/2/-/-; kio 2-4 (Kafka 3.7: 0-4)
+        ApiKey.WRITE_TXN_MARKERS: (1, 2),  # broker to broker; kio 1-2 (Kafka 4 dropped v0)
         # kio has v1-3 (Kafka 4 dropped v0); librdkafka and kafka-python send v1.
         ApiKey.DESCRIBE_ACLS: (1, 3),
         ApiKey.CREATE_ACLS: (1, 3),
