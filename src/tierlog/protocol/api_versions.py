@@ -79,6 +79,10 @@ class ApiKey(enum.IntEnum):
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    TXN_OFFSET_COMMIT = 28
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
     DELETE_ACLS = 31
@@ -95,6 +99,8 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
 
 
 # api key: (advertised min, advertised max). Comments: the highest version each client sends
@@ -123,6 +129,13 @@ ADVERTISED: Final[Mapping[int, tuple[int, int]]] = MappingProxyType(
         ApiKey.DELETE_RECORDS: (0, 2),  # 2/2/2/1
         ApiKey.INIT_PRODUCER_ID: (0, 4),  # 4/4/0/1; kio 0-6 (v5+ is KIP-890/939)
         ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),  # 4/2/-/-; kio 2-4 (Kafka 3.7: 0-4)
+        # Transactions, version 1 (Kafka 3.x): the versions after these add KIP-890's
+        # TRANSACTION_ABORTABLE and transaction version 2, which tierlog does not speak.
+        # AddPartitionsToTxn v4 is the brokers' batched, verify-only shape.
+        ApiKey.ADD_PARTITIONS_TO_TXN: (0, 4),  # 3/0/0/-; kio 0-5
+        ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),  # 3/0/0/-; kio 0-4
+        ApiKey.END_TXN: (0, 3),  # 3/1/0/-; kio 0-5
+        ApiKey.TXN_OFFSET_COMMIT: (0, 3),  # 3/3/0/-; kio 0-5
         # kio has v1-3 (Kafka 4 dropped v0); librdkafka and kafka-python send v1.
         ApiKey.DESCRIBE_ACLS: (1, 3),
         ApiKey.CREATE_ACLS: (1, 3),
@@ -140,6 +153,8 @@ ADVERTISED: Final[Mapping[int, tuple[int, int]]] = MappingProxyType(
         ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),  # -/0/-/-
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),  # -/0/-/-
         ApiKey.DESCRIBE_CLUSTER: (0, 2),  # kio 0-2
+        ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),  # kafka-transactions.sh, AdminClient
+        ApiKey.LIST_TRANSACTIONS: (0, 2),  # kio 0-2 (v1: producer id filter... v2: duration)
     }
 )
 
