@@ -301,6 +301,14 @@ class InvalidTxnState(ApiError):
     description = "The producer attempted a transactional operation in an invalid state."
 
 
+class TransactionCoordinatorFenced(ApiError):
+    error_code = 52
+    description = (
+        "Indicates that the transaction coordinator sending a WriteTxnMarker is no longer "
+        "the current coordinator for a given producer."
+    )
+
+
 class InvalidConfig(ApiError):
     error_code = 40
     description = "Configuration is invalid."

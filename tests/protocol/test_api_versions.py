@@ -78,10 +78,12 @@ ISSUE_12 = {
 }  # fmt: skip
 # issue 15: the admin APIs operators use
 ISSUE_15 = {"DescribeLogDirs"}
+# issue 11: transactions (the log's side; the coordinator's APIs add to it)
+ISSUE_11 = {"WriteTxnMarkers"}
 
 
 def test_exactly_the_apis_of_issues_3_9_12_and_15() -> None:
-    assert {api_name(k) for k in ADVERTISED} == ISSUE_3 | ISSUE_9 | ISSUE_12 | ISSUE_15
+    assert {api_name(k) for k in ADVERTISED} == ISSUE_3 | ISSUE_9 | ISSUE_12 | ISSUE_15 | ISSUE_11
     assert set(ADVERTISED) == set(ApiKey)
 
 

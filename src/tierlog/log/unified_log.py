@@ -55,7 +55,9 @@ from tierlog.log.log_validator import (
 from tierlog.log.partition_metadata_file import PartitionMetadataFile
 from tierlog.log.producer_state_manager import ProducerStateManager
 from tierlog.log.time_index import TimestampOffset
+from tierlog.records.control_records import EndTransactionMarker, read_end_txn_marker
 from tierlog.records.record_batch import (
+    CONTROL_FLAG_MASK,
     LOG_OVERHEAD,
     NO_PRODUCER_ID,
     NO_TIMESTAMP,
@@ -136,6 +138,7 @@ class UnifiedLog(LocalLog):
         )
         hw = log_end_offset if high_watermark is None else high_watermark
         self._high_watermark = min(max(hw, log_start_offset), log_end_offset)
+        producer_state_manager.on_high_watermark_updated(self._high_watermark)
         self._latest_epoch = leader_epoch_cache.latest_epoch
 
         #: Tiered storage gates local deletion on the remote copy state; None allows all.
@@ -215,6 +218,7 @@ class UnifiedLog(LocalLog):
             offsets.log_start_offset,
             offsets.log_end_offset,
             time_ms(),
+            loader.recovered,
         )
         return cls(
             dir,
@@ -260,8 +264,13 @@ class UnifiedLog(LocalLog):
 
     @property
     def last_stable_offset(self) -> int:
-        """No transactions yet: the high watermark."""
-        return self._high_watermark
+        """The offset below which every transaction is decided (Kafka's
+        ``lastStableOffset``): the first offset of the earliest open (or not yet replicated)
+        transaction when that is below the high watermark, else the high watermark.
+        read_committed consumers read up to here. Two attribute reads, no lock."""
+        hw = self._high_watermark
+        first_unstable = self.producer_state_manager.first_unstable_offset
+        return hw if first_unstable is None or first_unstable >= hw else first_unstable
 
     @property
     def remote_log_enabled(self) -> bool:
@@ -299,6 +308,7 @@ class UnifiedLog(LocalLog):
         """Set the high watermark, clamped to [log start offset, log end offset]; returns it."""
         hw = min(max(offset, self._log_start_offset), self._leo.offset)
         self._high_watermark = hw
+        self._on_high_watermark_updated(hw)
         return hw
 
     def maybe_increment_high_watermark(self, offset: int) -> bool:
@@ -306,8 +316,18 @@ class UnifiedLog(LocalLog):
         offset = min(offset, self._leo.offset)
         if offset > self._high_watermark:
             self._high_watermark = offset
+            self._on_high_watermark_updated(offset)
             return True
         return False
+
+    def _on_high_watermark_updated(self, hw: int) -> None:
+        # Completed transactions stop holding the last stable offset back once their
+        # marker is below the high watermark. The check is one truth test, so logs without
+        # transactions never take the lock here.
+        psm = self.producer_state_manager
+        if psm.has_unreplicated_txns():
+            with self._lock:
+                psm.on_high_watermark_updated(hw)
 
     # ================================================================== append
 
@@ -318,6 +338,7 @@ class UnifiedLog(LocalLog):
         leader_epoch: int = 0,
         assign_offsets: bool = True,
         origin_client: bool = True,
+        origin_coordinator: bool = False,
     ) -> LogAppendInfo:
         """Validate and append record batches; returns where they went.
 
@@ -338,7 +359,8 @@ class UnifiedLog(LocalLog):
             RecordListTooLarge: the whole input is larger than ``segment.bytes``.
             UnsupportedCompressionType: an unknown codec id.
             InvalidTimestamp: a CreateTime outside the configured bounds.
-            InvalidProducerEpoch, OutOfOrderSequenceNumber: producer state violations.
+            InvalidProducerEpoch, OutOfOrderSequenceNumber, InvalidTxnState,
+                TransactionCoordinatorFenced: producer state violations.
             LogSegmentOffsetOverflowError: a single append spans more than 2**31 offsets.
             OSError: the write failed.
         """
@@ -362,14 +384,23 @@ class UnifiedLog(LocalLog):
             if self._closed:
                 raise ValueError(f"{self} is closed")
             headers: list[RecordBatchHeader | None] | None = None
+            markers: list[EndTransactionMarker | None] | None = None
             if has_producer_ids:
                 headers = [
                     to_batch_header(fields) if fields[10] != NO_PRODUCER_ID else None
                     for fields in batches
                 ]
-                if origin_client:
-                    for header in headers:
-                        duplicate = psm.check(header) if header is not None else None
+                if any(fields[6] & CONTROL_FLAG_MASK for fields in batches):
+                    markers = [
+                        read_end_txn_marker(records, h)
+                        if h is not None and h.is_control_batch
+                        else None
+                        for h in headers
+                    ]
+                if origin_client or origin_coordinator:
+                    for i, header in enumerate(headers):
+                        marker = markers[i] if markers is not None else None
+                        duplicate = psm.check(header, marker) if header is not None else None
                         if duplicate is not None:
                             return LogAppendInfo(
                                 duplicate.first_offset,
@@ -439,12 +470,20 @@ class UnifiedLog(LocalLog):
 
             if headers is not None:
                 offset = first_offset
-                for fields, batch_header in zip(batches, headers, strict=True):
+                for i, (fields, batch_header) in enumerate(zip(batches, headers, strict=True)):
                     base = offset if assign_offsets else fields[1]
                     last = base + fields[7]
                     offset = last + 1
                     if batch_header is not None:
-                        psm.update(batch_header, base, last, now if log_append_time else fields[9])
+                        completed = psm.update(
+                            batch_header,
+                            base,
+                            last,
+                            now if log_append_time else fields[9],
+                            markers[i] if markers is not None else None,
+                        )
+                        if completed is not None:
+                            segment.update_txn_index(completed, psm.last_stable_offset(completed))
             psm.update_map_end_offset(last_offset + 1)
 
             if assign_offsets:

@@ -82,6 +82,7 @@ class ApiKey(enum.IntEnum):
     ADD_PARTITIONS_TO_TXN = 24
     ADD_OFFSETS_TO_TXN = 25
     END_TXN = 26
+    WRITE_TXN_MARKERS = 27
     TXN_OFFSET_COMMIT = 28
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
@@ -135,6 +136,7 @@ ADVERTISED: Final[Mapping[int, tuple[int, int]]] = MappingProxyType(
         ApiKey.ADD_PARTITIONS_TO_TXN: (0, 4),  # 3/0/0/-; kio 0-5
         ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),  # 3/0/0/-; kio 0-4
         ApiKey.END_TXN: (0, 3),  # 3/1/0/-; kio 0-5
+        ApiKey.WRITE_TXN_MARKERS: (1, 2),  # broker to broker; kio 1-2 (Kafka 4 dropped v0)
         ApiKey.TXN_OFFSET_COMMIT: (0, 3),  # 3/3/0/-; kio 0-5
         # kio has v1-3 (Kafka 4 dropped v0); librdkafka and kafka-python send v1.
         ApiKey.DESCRIBE_ACLS: (1, 3),

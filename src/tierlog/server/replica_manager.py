@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,6 +56,13 @@ from tierlog.errors import (
 from tierlog.log.checkpoint_file import OffsetCheckpointFile
 from tierlog.log.log_config import LONG_MAX
 from tierlog.log.log_file_utils import REPLICATION_OFFSET_CHECKPOINT_FILENAME
+from tierlog.log.transaction_marker import TxnMarker
+from tierlog.records.control_records import (
+    CONTROL_TYPE_ABORT,
+    CONTROL_TYPE_COMMIT,
+    EndTransactionMarker,
+    build_end_txn_marker_batch,
+)
 from tierlog.records.record_batch import LOG_OVERHEAD, read_header
 from tierlog.server.delayed_remote_fetch import DelayedRemoteFetch
 
@@ -76,6 +83,12 @@ def _now_ms() -> int:
 #: Internal topics that clients may read but never produce to.
 GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
 INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC_NAME, "__remote_log_metadata"})
+
+#: (transactional id, producer id, producer epoch, topic, partition) -> error code.
+TxnVerifier = Callable[[str, int, int, str, int], Awaitable[int]]
+
+#: How long markers wait for the ISR (Kafka: request.timeout.ms of the inter-broker path).
+TXN_MARKER_TIMEOUT_MS = 30_000
 
 #: Fetch isolation levels (FetchRequest.isolation_level).
 READ_UNCOMMITTED = 0
@@ -160,6 +173,13 @@ class ReplicaManager:
         )
         #: BrokerTopicMetrics' counters (None: metrics off), plain ints (see broker_metrics).
         self.topic_stats: BrokerTopicStats | None = None
+        #: Called with (producer id, ``__consumer_offsets`` partition indexes, commit) once
+        #: markers have landed there (the group coordinator's pending transactional offsets).
+        self.txn_completion_listeners: list[Callable[[int, list[int], bool], None]] = []
+        #: KIP-890's check that a transactional produce's partition was added to its
+        #: transaction: awaited with (transactional id, producer id, producer epoch, topic,
+        #: partition), returns an error code (0: go on). None: no check.
+        self.txn_verifier: TxnVerifier | None = None
 
     # ----------------------------------------------------------------- partitions
 
@@ -418,6 +438,82 @@ class ReplicaManager:
             except (ApiError, OSError) as e:
                 return self._append_failed(checked, e)
         return self._appended(checked, info)
+
+    # ----------------------------------------------------------------- transaction markers
+
+    async def append_txn_markers(
+        self, markers: Sequence[TxnMarker], timeout_ms: int = TXN_MARKER_TIMEOUT_MS
+    ) -> dict[tuple[int, str, int], int]:
+        """Append one COMMIT/ABORT control batch per marker to the leader logs here (Kafka's
+        ``ReplicaManager.appendRecords`` with origin COORDINATOR), wait until the ISR has
+        them (acks=all) and return the error code per (producer id, topic, partition):
+        NOT_LEADER_OR_FOLLOWER / UNKNOWN_TOPIC_OR_PARTITION for partitions not led here,
+        INVALID_PRODUCER_EPOCH for a marker older than the producer's epoch,
+        TRANSACTION_COORDINATOR_FENCED for an older coordinator epoch, 0 when written.
+
+        Markers are appended in the given order (one partition's stay in order); then every
+        :attr:`txn_completion_listeners` callable is told about the ``__consumer_offsets``
+        partitions each (producer, result) reached.
+        """
+        appended: list[tuple[TxnMarker, Awaitable[ProducePartitionResult]]] = []
+        results: dict[tuple[int, str, int], int] = {}
+        for m in markers:
+            key = (m.producer_id, m.topic, m.partition)
+            try:
+                p = self.get_partition(m.topic, m.partition)
+            except KafkaStorageError as e:
+                results[key] = e.error_code
+                continue
+            if p is None:
+                results[key] = self.not_here_error(m.topic, m.partition)
+                continue
+            if not p.is_leader:
+                results[key] = NotLeaderOrFollower.error_code
+                continue
+            control_type = CONTROL_TYPE_COMMIT if m.commit else CONTROL_TYPE_ABORT
+            try:
+                batch = build_end_txn_marker_batch(
+                    EndTransactionMarker(control_type, m.coordinator_epoch),
+                    producer_id=m.producer_id,
+                    producer_epoch=m.producer_epoch,
+                    timestamp=self._time_ms(),
+                )
+            except ValueError as e:
+                results[key] = self._append_failed(p, InvalidRecord(str(e))).error_code
+                continue
+            result = await self._append_marker(p, batch)
+            appended.append((m, self.wait_for_acks(m.topic, m.partition, result, timeout_ms)))
+        acked = await asyncio.gather(*(aw for _, aw in appended))
+        completed: dict[tuple[int, bool], list[int]] = {}
+        for (m, _), r in zip(appended, acked, strict=True):
+            results[(m.producer_id, m.topic, m.partition)] = r.error_code
+            if not r.error_code and m.topic == GROUP_METADATA_TOPIC_NAME:
+                completed.setdefault((m.producer_id, m.commit), []).append(m.partition)
+        for (producer_id, commit), partitions in completed.items():
+            for listener in list(self.txn_completion_listeners):
+                try:
+                    listener(producer_id, partitions, commit)
+                except Exception:
+                    log.exception("transaction completion listener %r failed", listener)
+        return results
+
+    async def _append_marker(self, p: Partition, batch: bytes) -> ProducePartitionResult:
+        def append() -> Any:
+            return p.log.append(
+                batch, leader_epoch=p.leader_epoch, origin_client=False, origin_coordinator=True
+            )
+
+        try:
+            if p.log.config.flush_interval < LONG_MAX:  # may fsync: in a thread, in order
+                async with p.append_lock():
+                    if not p.is_leader:
+                        return ProducePartitionResult(NotLeaderOrFollower.error_code)
+                    info = await asyncio.to_thread(append)
+            else:
+                info = append()
+        except (ApiError, OSError) as e:
+            return self._append_failed(p, e)
+        return self._appended(p, info)
 
     def must_wait_for_acks(self, topic: str, index: int, result: ProducePartitionResult) -> bool:
         """Whether an acks=all append must wait: the high watermark has not passed it yet

@@ -19,6 +19,7 @@ from tierlog.server.handlers import (
     producer,
     replication,
     security,
+    txn_markers,
 )
 
 HANDLERS: Mapping[int, Callable[[Any, Any], Any]] = MappingProxyType(
@@ -43,6 +44,7 @@ HANDLERS: Mapping[int, Callable[[Any, Any], Any]] = MappingProxyType(
         21: admin.handle_delete_records,
         22: producer.handle_init_producer_id,
         23: replication.handle_offset_for_leader_epoch,
+        27: txn_markers.handle_write_txn_markers,
         29: acls.handle_describe_acls,
         30: acls.handle_create_acls,
         31: acls.handle_delete_acls,
