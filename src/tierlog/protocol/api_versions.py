@@ -133,11 +133,12 @@ ADVERTISED: Final[Mapping[int, tuple[int, int]]] = MappingProxyType(
         # Transactions, version 1 (Kafka 3.x): the versions after these add KIP-890's
         # TRANSACTION_ABORTABLE and transaction version 2, which tierlog does not speak.
         # AddPartitionsToTxn v4 is the brokers' batched, verify-only shape.
-        ApiKey.ADD_PARTITIONS_TO_TXN: (0, 4),  # 3/0/0/-; kio 0-5
-        ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),  # 3/0/0/-; kio 0-4
-        ApiKey.END_TXN: (0, 3),  # 3/1/0/-; kio 0-5
+        # kafka-python 3 sends v3 of the four, aiokafka v0, librdkafka its own lower ones.
+        ApiKey.ADD_PARTITIONS_TO_TXN: (0, 4),  # kio 0-5
+        ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),  # kio 0-4
+        ApiKey.END_TXN: (0, 3),  # kio 0-5
         ApiKey.WRITE_TXN_MARKERS: (1, 2),  # broker to broker; kio 1-2 (Kafka 4 dropped v0)
-        ApiKey.TXN_OFFSET_COMMIT: (0, 3),  # 3/3/0/-; kio 0-5
+        ApiKey.TXN_OFFSET_COMMIT: (0, 3),  # kio 0-5
         # kio has v1-3 (Kafka 4 dropped v0); librdkafka and kafka-python send v1.
         ApiKey.DESCRIBE_ACLS: (1, 3),
         ApiKey.CREATE_ACLS: (1, 3),
@@ -156,7 +157,7 @@ ADVERTISED: Final[Mapping[int, tuple[int, int]]] = MappingProxyType(
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),  # -/0/-/-
         ApiKey.DESCRIBE_CLUSTER: (0, 2),  # kio 0-2
         ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),  # kafka-transactions.sh, AdminClient
-        ApiKey.LIST_TRANSACTIONS: (0, 2),  # kio 0-2 (v1: producer id filter... v2: duration)
+        ApiKey.LIST_TRANSACTIONS: (0, 2),  # kio 0-2 (v1: duration filter)
     }
 )
 

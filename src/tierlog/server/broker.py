@@ -4,8 +4,9 @@ Startup order: log manager (loads and recovers every log) → ``__consumer_offse
 storage when ``remote.log.storage.system.enable=true`` (``__remote_log_metadata``, remote
 storage, metadata manager, RemoteLogManager taking every tiered partition; see
 :mod:`tierlog.server.tiered_storage`) → replica manager → group coordinator (replays its
-partitions) → listeners. A line ``tierlog broker started: node N listening on host:port``
-on stderr says it is ready.
+partitions) → transaction coordinator (loads ``__transaction_state`` when it exists; see
+:mod:`tierlog.server.txn_state_topic`) → listeners. A line
+``tierlog broker started: node N listening on host:port`` on stderr says it is ready.
 
 Shutdown (SIGTERM, SIGINT/Ctrl-C): stop accepting and close the connections, stop the group
 coordinator (parked joins get NOT_COORDINATOR), wake parked fetches, stop tiered storage
@@ -28,6 +29,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from tierlog.coordinator.group.group_coordinator import GroupCoordinator
+from tierlog.coordinator.transaction import TRANSACTION_STATE_TOPIC_NAME, TransactionCoordinator
 from tierlog.errors import ConfigError, TierlogError
 from tierlog.log.cleaner_metrics import register_cleaner_metrics
 from tierlog.log.file_handle_cache import file_handle_cache
@@ -46,6 +48,8 @@ from tierlog.server.producer_id_manager import ProducerIdManager
 from tierlog.server.remote_log_metadata_publisher import REMOTE_LOG_METADATA_TOPIC_NAME
 from tierlog.server.replica_manager import GROUP_METADATA_TOPIC_NAME, ReplicaManager
 from tierlog.server.tiered_storage import TieredStorage
+from tierlog.server.txn_marker_sender import TxnMarkerSender
+from tierlog.server.txn_state_topic import coordinator_follows, load_local_transaction_state
 
 if TYPE_CHECKING:
     from tierlog.cluster.cluster_link import PartitionChange
@@ -68,6 +72,8 @@ class Broker:
         self.log_manager: LogManager | None = None
         self.replica_manager: ReplicaManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
+        self.txn_coordinator: TransactionCoordinator | None = None
+        self._txn_marker_sender: TxnMarkerSender | None = None
         self.apis: KafkaApis | None = None
         self.server: SocketServer | None = None
         self.tiered: TieredStorage | None = None
@@ -190,17 +196,18 @@ class Broker:
             from tierlog.cluster.zk_admin import ZkAdminManager
 
             admin = ZkAdminManager(zk_broker, c.log_config())
+        producer_ids = ProducerIdManager(
+            c.log_dirs[0],
+            allocate_block=None
+            if self.zk is None
+            else functools.partial(self.zk.allocate_producer_id_block, c.node_id),
+        )
         self.apis = KafkaApis(
             config=c,
             log_manager=lm,
             replica_manager=rm,
             group_coordinator=gc,
-            producer_id_manager=ProducerIdManager(
-                c.log_dirs[0],
-                allocate_block=None
-                if self.zk is None
-                else functools.partial(self.zk.allocate_producer_id_block, c.node_id),
-            ),
+            producer_id_manager=producer_ids,
             endpoint=endpoint,
             cluster_id=lm.cluster_id,
             tiered=tiered,
@@ -210,7 +217,9 @@ class Broker:
             endpoints=endpoints,
             authorizer=authorizer,
         )
+        tc = self._start_transaction_coordinator(self.apis, zk_broker)
         if zk_broker is not None:
+            zk_broker.on_partition_change(functools.partial(coordinator_follows, tc))
             await self._join_cluster(zk_broker, rm, gc)
         threading.Thread(target=_preload_schemas, name="preload-schemas", daemon=True).start()
         listening = ", ".join(f"{h}:{p}" for h, p in self.bound)
@@ -225,6 +234,38 @@ class Broker:
             port,
             ",".join(str(d) for d in c.log_dirs),
         )
+
+    def _start_transaction_coordinator(
+        self, apis: KafkaApis, zk_broker: ZkBroker | None
+    ) -> TransactionCoordinator:
+        """The transaction coordinator: markers through the replica manager (and
+        WriteTxnMarkers in a cluster); transactional offsets reach the group coordinator
+        through the replica manager's completion listeners; transactional produces are
+        checked against it (KIP-890). A single node loads ``__transaction_state`` now if it
+        exists (else it is created on first use)."""
+        c = self.config
+        rm, gc = apis.replica_manager, apis.group_coordinator
+        sender = TxnMarkerSender(rm, apis.log_manager, c.node_id, zk_broker)
+        self._txn_marker_sender = sender
+        tc = TransactionCoordinator(
+            OffsetStore(rm, TRANSACTION_STATE_TOPIC_NAME),
+            sender,
+            apis.producer_id_manager.generate_producer_id,
+            transaction_topic_partition_count=c.transaction_state_log_num_partitions,
+            transaction_max_timeout_ms=c.transaction_max_timeout_ms,
+            transactional_id_expiration_ms=c.transactional_id_expiration_ms,
+            abort_timed_out_interval_ms=c.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+            remove_expired_interval_ms=c.transaction_remove_expired_transaction_cleanup_interval_ms,
+        )
+        tc.start()
+        self.txn_coordinator = tc
+        apis.txn_coordinator = tc
+        if gc is not None:
+            rm.txn_completion_listeners.append(gc.on_transaction_completed)
+        rm.txn_verifier = tc.verify_transactional_produce
+        if zk_broker is None:
+            load_local_transaction_state(apis, tc)
+        return tc
 
     def _start_metrics(self, c: KafkaConfig) -> BrokerMetrics:
         """Serve ``/metrics`` on ``metrics.port`` (the first listener's host, else loopback)
@@ -464,6 +505,13 @@ class Broker:
                 log.warning("controlled shutdown failed, shutting down anyway: %s", e)
         if self.server is not None:
             await self.server.stop()
+        if self.txn_coordinator is not None:
+            try:
+                await asyncio.wait_for(self.txn_coordinator.stop(), 10)
+            except Exception:
+                log.exception("transaction coordinator stop failed")
+        if self._txn_marker_sender is not None:
+            await self._txn_marker_sender.close()
         if self.group_coordinator is not None:
             try:
                 await asyncio.wait_for(self.group_coordinator.stop(), 10)

@@ -607,9 +607,7 @@ class KafkaConfig:
         self.offsets_topic_segment_bytes: int = get("offsets.topic.segment.bytes")
         self.offsets_retention_ms: int = int(get("offsets.retention.minutes")) * 60_000
         # transactions
-        self.transaction_state_log_num_partitions: int = get(
-            "transaction.state.log.num.partitions"
-        )
+        self.transaction_state_log_num_partitions: int = get("transaction.state.log.num.partitions")
         self.transaction_state_log_replication_factor: int = get(
             "transaction.state.log.replication.factor"
         )

@@ -57,11 +57,14 @@ from tierlog.coordinator.transaction.transaction_state_manager import (
 from tierlog.errors import (
     ApiError,
     ConcurrentTransactions,
+    CoordinatorLoadInProgress,
+    InvalidProducerEpoch,
     InvalidProducerIdMapping,
     InvalidRequest,
     InvalidTransactionTimeout,
     InvalidTxnState,
     NotCoordinator,
+    NotEnoughReplicas,
     ProducerFenced,
 )
 
@@ -334,6 +337,33 @@ class TransactionCoordinator:
                         for tp in partitions
                     }
         return dict.fromkeys(partitions, err)
+
+    async def verify_transactional_produce(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        topic: str,
+        partition: int,
+    ) -> int:
+        """KIP-890's server-side defence, for a transactional produce on this broker: 0 when
+        the partition is in the producer's ongoing transaction, INVALID_TXN_STATE when it is
+        not, INVALID_PRODUCER_EPOCH for another producer or epoch. Ids another broker
+        coordinates are not checked here (0); NOT_ENOUGH_REPLICAS (retriable) while the id's
+        partition loads."""
+        err, current = self.txn_manager.get_transaction_state(transactional_id)
+        if err == CoordinatorLoadInProgress.error_code:
+            return NotEnoughReplicas.error_code
+        if err:
+            return 0
+        if current is None:
+            return InvalidProducerEpoch.error_code
+        md = current.transaction_metadata
+        if md.producer_id != producer_id or md.producer_epoch != producer_epoch:
+            return InvalidProducerEpoch.error_code
+        if md.state is not _S.ONGOING or (topic, partition) not in md.topic_partitions:
+            return InvalidTxnState.error_code
+        return 0
 
     # ================================================================== EndTxn
 
