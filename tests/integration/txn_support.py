@@ -188,3 +188,132 @@ def list_latest_offset(c: WireClient, topic: str, partition: int, isolation_leve
     (p,) = [p for t in c.call(req).topics for p in t.partitions]
     assert p.error_code == 0, p
     return int(p.offset)
+
+
+# ---------------------------------------------------------------------------- a scenario
+
+
+class TxnScenario:
+    """Writes a partition's transactions by hand and remembers what each isolation level must
+    read: every data record in offset order, and whether its transaction committed (True),
+    aborted (False) or is still open (None; plain records are True at once)."""
+
+    def __init__(self, c: WireClient, topic: str, partition: int = 0) -> None:
+        self.c = c
+        self.topic = topic
+        self.partition = partition
+        self.records: list[list[Any]] = []  # [value, committed]
+        self._open: dict[int, list[int]] = {}
+        self._seq: dict[int, int] = {}
+        #: producer id -> first offset of each transaction it aborted
+        self.aborted: list[tuple[int, int]] = []
+        self._first: dict[int, int] = {}
+
+    def txn(self, pid: int, values: Sequence[bytes]) -> int:
+        seq = self._seq.get(pid, 0)
+        code, offset = produce_batch(
+            self.c, self.topic, self.partition, txn_batch(pid, values, base_sequence=seq)
+        )
+        assert code == 0, code
+        self._seq[pid] = seq + len(values)
+        self._first.setdefault(pid, offset)
+        for v in values:
+            self._open.setdefault(pid, []).append(len(self.records))
+            self.records.append([v, None])
+        return offset
+
+    def plain(self, values: Sequence[bytes]) -> int:
+        b = RecordBatchBuilder()
+        for v in values:
+            b.append(int(time.time() * 1000), None, v)
+        code, offset = produce_batch(
+            self.c, self.topic, self.partition, b.build(), transactional_id=None
+        )
+        assert code == 0, code
+        self.records.extend([v, True] for v in values)
+        return offset
+
+    def end(self, pid: int, commit: bool) -> None:
+        got = write_txn_markers(self.c, pid, commit, {self.topic: [self.partition]})
+        assert got == {(self.topic, self.partition): 0}, got
+        for i in self._open.pop(pid, []):
+            self.records[i][1] = commit
+        first = self._first.pop(pid, None)
+        if first is not None and not commit:
+            self.aborted.append((pid, first))
+
+    def committed(self) -> list[bytes]:
+        """What read_committed reads up to the first open transaction."""
+        out = []
+        for v, state in self.records:
+            if state is None:
+                break
+            if state:
+                out.append(v)
+        return out
+
+    def everything(self) -> list[bytes]:
+        return [v for v, _ in self.records]
+
+
+def cf_read(
+    bootstrap: str, topic: str, isolation: str, *, until: bytes | None = None
+) -> list[bytes]:
+    """The values of partition 0 read by librdkafka from offset 0 in ``isolation``: up to the
+    record ``until`` (included), else up to the end it reports (EOF: the LSO or the HW)."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            "enable.partition.eof": until is None,
+            "isolation.level": isolation,
+        }
+    )
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        out: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for m in c.consume(1000, 0.5):
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        return out
+                    raise KafkaException(err)
+                out.append(m.value())
+                if m.value() == until:
+                    return out
+        raise AssertionError(f"{isolation}: no end after 60 s; read {len(out)} records")
+    finally:
+        c.close()
+
+
+def kp_read(bootstrap: str, topic: str, isolation: str, *, until: bytes) -> list[bytes]:
+    """The values of partition 0 read by kafka-python from offset 0 up to ``until``."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import kafka
+
+    c = kafka.KafkaConsumer(
+        bootstrap_servers=bootstrap, isolation_level=isolation, enable_auto_commit=False
+    )
+    try:
+        tp = kafka.TopicPartition(topic, 0)
+        c.assign([tp])
+        c.seek(tp, 0)
+        out: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for records in c.poll(timeout_ms=500).values():
+                for r in records:
+                    out.append(r.value)
+                    if r.value == until:
+                        return out
+        raise AssertionError(f"{isolation}: {until!r} not read after 60 s; read {len(out)}")
+    finally:
+        c.close()

@@ -101,6 +101,9 @@ class FetchDataInfo:
     fetch_offset: int
     records: bytes
     first_entry_incomplete: bool = False
+    #: read_committed reads of remote storage: the aborted transactions of the range (None:
+    #: not asked for; local reads leave it to the replica manager).
+    aborted_transactions: list[AbortedTxn] | None = None
 
 
 # A frozen dataclass's __init__ goes through object.__setattr__ per field; the read path
@@ -108,7 +111,7 @@ class FetchDataInfo:
 _FETCH_DATA_INFO_SETTERS: tuple[Callable[[FetchDataInfo, object], None], ...] = tuple(
     FetchDataInfo.__dict__[f.name].__set__ for f in dataclasses.fields(FetchDataInfo)
 )
-_F0, _F1, _F2 = _FETCH_DATA_INFO_SETTERS
+_F0, _F1, _F2, _F3 = _FETCH_DATA_INFO_SETTERS
 
 
 def _fetch_data_info(
@@ -119,6 +122,7 @@ def _fetch_data_info(
     _F0(info, fetch_offset)
     _F1(info, records)
     _F2(info, first_entry_incomplete)
+    _F3(info, None)
     return info
 
 

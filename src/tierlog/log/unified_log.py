@@ -55,6 +55,7 @@ from tierlog.log.log_validator import (
 from tierlog.log.partition_metadata_file import PartitionMetadataFile
 from tierlog.log.producer_state_manager import ProducerStateManager
 from tierlog.log.time_index import TimestampOffset
+from tierlog.log.transaction_index import AbortedTxn
 from tierlog.records.control_records import EndTransactionMarker, read_end_txn_marker
 from tierlog.records.record_batch import (
     CONTROL_FLAG_MASK,
@@ -597,6 +598,27 @@ class UnifiedLog(LocalLog):
                 return info
             i += 1
         return FetchDataInfo(start_offset, b"")
+
+    def collect_aborted_transactions(
+        self, start_offset: int, upper_bound_offset: int
+    ) -> list[AbortedTxn]:
+        """The aborted transactions overlapping ``[start_offset, upper_bound_offset)``, from
+        the ``.txnindex`` of the segment holding ``start_offset`` and of later ones until a
+        search is complete (Kafka's ``collectAbortedTransactions``). Lock-free; a segment
+        without aborts costs nothing after its first search.
+
+        Raises:
+            CorruptIndexError: a ``.txnindex`` is corrupt.
+            OSError: one cannot be read.
+        """
+        snapshot = self._segments.snapshot()
+        found: list[AbortedTxn] = []
+        for segment in snapshot.segments[max(0, snapshot.floor_index(start_offset)) :]:
+            result = segment.collect_aborted_txns(start_offset, upper_bound_offset)
+            found.extend(result.aborted_transactions)
+            if result.is_complete:
+                break
+        return found
 
     def _offset_metadata(self, offset: int, snapshot: SegmentsSnapshot) -> LogOffsetMetadata:
         """Where the batch holding ``offset`` starts (cached for the high watermark)."""

@@ -60,9 +60,11 @@ class DelayedRemoteFetch:
         max_bytes: int,
         min_one_message: bool,
         replica_id: int,
+        isolation_level: int = 0,
     ) -> bool:
         """When ``fetch_offset`` is only in remote storage, prepare ``result`` for a remote
-        read (or answer a follower with 109); True then."""
+        read (or answer a follower with 109); True then. read_committed reads also collect
+        the aborted transactions of their range."""
         rlm = self.rlm
         lg = p.log
         if p.topic_id is None or not rlm.needs_remote_read(lg, fetch_offset):
@@ -79,6 +81,7 @@ class DelayedRemoteFetch:
             fetch_offset,
             max_bytes,
             min_one_message,
+            isolation_level,
         )
         return True
 
@@ -122,6 +125,7 @@ class DelayedRemoteFetch:
             if error is None:
                 info = fut.result()
                 r.records = info.records
+                r.aborted_transactions = info.aborted_transactions
                 read_ahead.after(fi, info)  # the consumer's next fetch, read meanwhile
             elif isinstance(error, OffsetOutOfRange):
                 r.error_code = OffsetOutOfRange.error_code

@@ -56,6 +56,7 @@ from tierlog.errors import (
 from tierlog.log.checkpoint_file import OffsetCheckpointFile
 from tierlog.log.log_config import LONG_MAX
 from tierlog.log.log_file_utils import REPLICATION_OFFSET_CHECKPOINT_FILENAME
+from tierlog.log.transaction_index import AbortedTxn
 from tierlog.log.transaction_marker import TxnMarker
 from tierlog.records.control_records import (
     CONTROL_TYPE_ABORT,
@@ -123,6 +124,8 @@ class FetchPartitionResult:
     remote: RemoteStorageFetchInfo | None = None
     #: For a follower whose log diverged: (epoch, end offset) of the leader's log (KIP-595).
     diverging_epoch: tuple[int, int] | None = None
+    #: read_committed: the aborted transactions of the range read (None: read_uncommitted).
+    aborted_transactions: list[AbortedTxn] | None = None
 
     @property
     def size(self) -> int:
@@ -661,7 +664,9 @@ class ReplicaManager:
         if upper <= fetch_offset <= lg.log_end_offset:
             result.records = b""
             return result
-        if self._plan_remote_read(p, result, fetch_offset, max_bytes, min_one_message, replica_id):
+        if self._plan_remote_read(
+            p, result, fetch_offset, max_bytes, min_one_message, replica_id, isolation_level
+        ):
             return result
         try:
             data = lg.read(
@@ -670,7 +675,7 @@ class ReplicaManager:
         except OffsetOutOfRange:
             # The local segment may have been deleted (tiered) since the check above.
             if self._plan_remote_read(
-                p, result, fetch_offset, max_bytes, min_one_message, replica_id
+                p, result, fetch_offset, max_bytes, min_one_message, replica_id, isolation_level
             ):
                 return result
             result.error_code = OffsetOutOfRange.error_code
@@ -691,6 +696,15 @@ class ReplicaManager:
             result.records = b""
             return result
         result.records = data.records
+        if isolation_level == READ_COMMITTED and replica_id < 0:
+            try:
+                result.aborted_transactions = (
+                    lg.collect_aborted_transactions(fetch_offset, upper) if data.records else []
+                )
+            except (ApiError, OSError) as e:
+                log.error("reading the transaction index of %s-%d failed: %s", p.topic, p.index, e)
+                result.error_code = KafkaStorageError.error_code
+                result.records = b""
         return result
 
     def _check_fetch(
@@ -729,10 +743,11 @@ class ReplicaManager:
         max_bytes: int,
         min_one_message: bool,
         replica_id: int,
+        isolation_level: int = 0,
     ) -> bool:
         remote = self._remote
         return remote is not None and remote.plan(
-            p, result, fetch_offset, max_bytes, min_one_message, replica_id
+            p, result, fetch_offset, max_bytes, min_one_message, replica_id, isolation_level
         )
 
     async def read_remote(self, results: list[FetchPartitionResult]) -> int:

@@ -31,6 +31,7 @@ returned unchecked, as a local read returns it; clients discard it.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import logging
 import threading
 import time
@@ -40,6 +41,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from tierlog.errors import (
+    CorruptIndexError,
     CorruptRecordError,
     InvalidRecord,
     OffsetOutOfRange,
@@ -49,6 +51,7 @@ from tierlog.errors import (
 )
 from tierlog.log.file_records import TimestampAndOffset
 from tierlog.log.log_segment import FetchDataInfo
+from tierlog.log.transaction_index import AbortedTxn
 from tierlog.records.default_records import read_records
 from tierlog.records.record_batch import (
     CRC_START,
@@ -79,6 +82,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+#: FetchRequest.isolation_level of read_committed.
+READ_COMMITTED = 1
+
 _MIN_BATCH_LENGTH = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD
 
 
@@ -94,6 +100,8 @@ class RemoteStorageFetchInfo:
     fetch_offset: int
     max_bytes: int
     min_one_message: bool = True
+    #: 1 (read_committed): also collect the aborted transactions of the range read.
+    isolation_level: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,9 +349,48 @@ class RemoteLogReads:
         while md is not None:
             info = self._read_segment(md, fi)
             if info is not None:
+                if fi.isolation_level == READ_COMMITTED:
+                    aborted = self.collect_aborted_transactions(
+                        tp, lg, md, fi.fetch_offset, md.end_offset + 1
+                    )
+                    info = dataclasses.replace(info, aborted_transactions=aborted)
                 return info
             md = self._next_segment(tp, lg, md)
-        return FetchDataInfo(offset, b"")
+        return FetchDataInfo(offset, b"", aborted_transactions=[])
+
+    def collect_aborted_transactions(
+        self,
+        tp: TopicIdPartition,
+        lg: Log,
+        md: RemoteLogSegmentMetadata,
+        start_offset: int,
+        upper_bound_offset: int,
+    ) -> list[AbortedTxn]:
+        """The aborted transactions overlapping ``[start_offset, upper_bound_offset)``
+        (Kafka's ``RemoteLogManager.collectAbortedTransactions``): from the transaction index
+        of ``md`` and of the later remote segments (those whose metadata says
+        ``txn_idx_empty`` are skipped without a request), then the local log's, until a
+        search is complete. A transaction whose marker is in a later segment, remote or
+        local, is found there.
+
+        Raises:
+            RemoteStorageError: an index could not be fetched.
+        """
+        found: list[AbortedTxn] = []
+        nxt: RemoteLogSegmentMetadata | None = md
+        while nxt is not None:
+            if not nxt.txn_idx_empty:
+                with self.index_cache.get_index_entry(nxt) as entry:
+                    try:
+                        result = entry.collect_aborted_txns(start_offset, upper_bound_offset)
+                    except CorruptIndexError as e:
+                        raise RemoteStorageError(str(e)) from e
+                found.extend(result.aborted_transactions)
+                if result.is_complete:
+                    return found
+            nxt = self._next_segment(tp, lg, nxt)
+        found.extend(lg.collect_aborted_transactions(start_offset, upper_bound_offset))
+        return found
 
     def _read_segment(
         self, md: RemoteLogSegmentMetadata, fi: RemoteStorageFetchInfo

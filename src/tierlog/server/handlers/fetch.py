@@ -8,6 +8,10 @@
   never created gets FETCH_SESSION_ID_NOT_FOUND (70) and the client starts over.
 * Every partition carries the high watermark, the last stable offset (librdkafka and
   kafkajs read committed by default) and the log start offset (librdkafka resets to it).
+* read_committed (``isolation_level`` 1): data up to the last stable offset, and the
+  aborted transactions of the range read (from the ``.txnindex`` files, local or remote),
+  which consumers use to drop aborted records; read_uncommitted: up to the high watermark,
+  ``aborted_transactions`` null.
 * Offsets below the local log start offset of a tiered partition are read from remote
   storage, every such partition of the request at once (see ReplicaManager).
 """
@@ -125,6 +129,13 @@ def handle_fetch(apis: KafkaApis, ev: Request) -> Any:
     return respond()
 
 
+def _aborted(r: FetchPartitionResult) -> list[dict[str, int]]:
+    return [
+        {"producer_id": t.producer_id, "first_offset": t.first_offset}
+        for t in r.aborted_transactions or ()
+    ]
+
+
 def _response(
     apis: KafkaApis,
     cls: type[Any],
@@ -164,7 +175,7 @@ def _response(
                     "high_watermark": r.high_watermark,
                     "last_stable_offset": r.last_stable_offset,
                     "log_start_offset": r.log_start_offset,
-                    "aborted_transactions": [] if isolation == READ_COMMITTED else None,
+                    "aborted_transactions": _aborted(r) if isolation == READ_COMMITTED else None,
                     "preferred_read_replica": -1,
                     "records": r.records if r.records is not None else b"",
                 }
