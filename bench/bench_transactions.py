@@ -19,9 +19,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_broker import tierlog_broker
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from bench_broker import tierlog_broker
 
 RECORD = b"x" * 100
 
