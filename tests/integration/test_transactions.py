@@ -173,7 +173,7 @@ def test_read_process_write_offsets_only_with_the_transaction(txn_broker, unique
         pos = consumer.position([TopicPartition(src, 0)])
         p.send_offsets_to_transaction(pos, consumer.consumer_group_metadata(), 30)
         # offsets of an open transaction are not visible
-        assert committed_offset() == (-1001 if commit else 10)
+        assert committed_offset() == (-1001 if n == 10 else 10)
         if commit:
             p.commit_transaction(30)
         else:
@@ -184,9 +184,14 @@ def test_read_process_write_offsets_only_with_the_transaction(txn_broker, unique
     assert committed_offset() == 10
     process(5, commit=False)
     assert committed_offset() == 10  # the aborted transaction's offsets never show
+    process(5, commit=True)
+    assert committed_offset() == 20
     consumer.close()
-    out = read_values(b, dst, "read_committed", set(values("out", 10)))
-    assert out == values("out", 10)
+    expected = values("out", 10) + [f"out-{i}".encode() for i in range(15, 20)]
+    assert read_values(b, dst, "read_committed", set(expected)) == expected
+    # The offsets are in __consumer_offsets: a restarted broker loads the same ones.
+    txn_broker.restart()
+    assert committed_offset() == 20
 
 
 def test_open_transaction_is_aborted_after_its_timeout(txn_broker, unique):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tierlog.coordinator.offset_store import StoredBatch
 from tierlog.errors import (
@@ -148,16 +148,14 @@ class OffsetStore:
         if not records:
             return
         now = int(time.time() * 1000)
+        p = self._log(partition)  # raises CoordinatorNotAvailable when the partition is missing
         batch = build_batch(
             [(now, k, v) for k, v in records],
             producer_id=producer_id,
             producer_epoch=producer_epoch,
-            # Kafka's coordinators write sequence 0 for a producer's batch (not validated:
-            # the append comes from a coordinator).
-            base_sequence=0 if producer_id >= 0 else -1,
+            base_sequence=self._next_sequence(p, producer_id, producer_epoch),
             is_transactional=transactional,
         )
-        self._log(partition)  # raises CoordinatorNotAvailable when the partition is missing
         rm, topic = self._rm, self._topic
         # Kafka's offsets.commit.required.acks (-1): a commit is acknowledged once the ISR
         # has it, so it survives the coordinator's broker.
@@ -175,6 +173,20 @@ class OffsetStore:
                 f"append to {topic}-{partition} failed: "
                 f"error {r.error_code} {r.error_message or ''}"
             )
+
+    @staticmethod
+    def _next_sequence(p: Any, producer_id: int, producer_epoch: int) -> int:
+        """The sequence of a producer's next batch here. Kafka's coordinators write 0 and
+        their appends skip the producer checks; this log checks every producer batch (a
+        second TxnOffsetCommit of an epoch at sequence 0 would pass as a duplicate and not be
+        written), so the batch continues the producer's sequence on this partition. The
+        caller serializes appends per partition."""
+        if producer_id < 0:
+            return -1
+        entry = p.log.producer_state_manager.last_entry(producer_id)
+        if entry is None or entry.producer_epoch != producer_epoch or entry.is_empty:
+            return 0
+        return int((entry.last_seq + 1) % (1 << 31))
 
     def replay(self, partition: int) -> Iterable[tuple[bytes, bytes | None]]:
         """Every record of the partition, oldest first (keys without a key are skipped)."""
