@@ -6,6 +6,7 @@ a read_committed consumer sees all of its records or none (all when the commit r
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import NewTopic
 
 from tests.integration.cluster_support import SESSION_TIMEOUT_MS, Cluster, wait_for
 from tests.zookeeper_process import ZooKeeperProcess
@@ -110,15 +112,68 @@ def test_coordinator_killed_mid_commit_is_all_or_nothing(cluster, round_):
     cluster.wait_healthy(topic, PARTITIONS, 3, timeout=120)
 
     # A new instance fences the first; its own transaction ends the story.
-    last = txn_producer(b, txn_id)
+    seen = read_committed_until_end(cluster, topic, txn_id)
+    assert sorted(seen) in ([], sorted(values)), f"a part of the transaction: {len(seen)}"
+    if outcome[0] == "committed":
+        assert sorted(seen) == sorted(values)
+    print(f"round {round_}: commit {outcome[0]}, {len(seen)} of {RECORDS} records visible")
+
+
+@pytest.mark.slow
+def test_new_coordinator_completes_a_prepared_commit(cluster):
+    """Deterministic: a leader of the transaction's partitions is paused (SIGSTOP) so the
+    markers cannot all be written, the commit is decided (PrepareCommit written, EndTxn
+    answered), then the coordinator's broker is SIGKILLed and the paused one resumed. The
+    next coordinator loads PrepareCommit and completes the commit: every record visible."""
+    b = cluster.bootstrap
+    txn_id = f"prep-{uuid.uuid4().hex[:8]}"
+    p = txn_producer(b, txn_id)
+    coordinator = coordinator_of(cluster, txn_id)
+    others = sorted(set(cluster.brokers) - {coordinator})
+    paused = others[0]
+    # Every partition led by the broker to pause (it is not the coordinator).
+    topic = f"txn-prep-{uuid.uuid4().hex[:8]}"
+    admin = cluster.admin()
+    order = [paused, *(i for i in cluster.brokers if i != paused)]
+    fs = admin.create_topics(
+        [NewTopic(topic, PARTITIONS, replica_assignment=[order] * PARTITIONS)], operation_timeout=30
+    )
+    fs[topic].result(30)
+    cluster.wait_healthy(topic, PARTITIONS, 3)
+    assert {cluster.leader(topic, part) for part in range(PARTITIONS)} == {paused}
+    values = [f"t:{i}".encode() for i in range(RECORDS)]
+    p.begin_transaction()
+    for i, v in enumerate(values):
+        p.produce(topic, v, partition=i % PARTITIONS)
+    p.flush(60)
+    pb = cluster.brokers[paused]
+    assert pb.proc is not None
+    os.kill(pb.proc.pid, signal.SIGSTOP)
+    try:
+        p.commit_transaction(120)  # decided: PrepareCommit is in __transaction_state
+        cluster.brokers[coordinator].stop(signal.SIGKILL)
+    finally:
+        os.kill(pb.proc.pid, signal.SIGCONT)
+    cluster.brokers[coordinator].start()
+    back_s = SESSION_TIMEOUT_MS / 1000 + 60
+    wait_for("every broker back", lambda: cluster.live_ids() == set(cluster.brokers), back_s)
+    seen = read_committed_until_end(cluster, topic, txn_id)
+    assert sorted(seen) == sorted(values)
+    logs = "".join(cluster.brokers[i].log_since_start() for i in others)
+    assert f"{txn_id}: completing the transaction left in PrepareCommit" in logs
+
+
+def read_committed_until_end(cluster: Cluster, topic: str, txn_id: str) -> list[bytes]:
+    """The topic's records in read_committed, up to an end record per partition that a new
+    instance of ``txn_id`` commits (it fences the old one first)."""
+    last = txn_producer(cluster.bootstrap, txn_id)
     last.begin_transaction()
     for part in range(PARTITIONS):
         last.produce(topic, f"end:{part}".encode(), partition=part)
     last.commit_transaction(120)
-
     c = Consumer(
         {
-            "bootstrap.servers": b,
+            "bootstrap.servers": cluster.bootstrap,
             "group.id": "checker",
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
@@ -142,7 +197,4 @@ def test_coordinator_killed_mid_commit_is_all_or_nothing(cluster, round_):
                     seen.append(m.value())
     finally:
         c.close()
-    assert sorted(seen) in ([], sorted(values)), f"a part of the transaction: {len(seen)}"
-    if outcome[0] == "committed":
-        assert sorted(seen) == sorted(values)
-    print(f"round {round_}: commit {outcome[0]}, {len(seen)} of {RECORDS} records visible")
+    return seen
