@@ -27,6 +27,7 @@ from tierlog.errors import (
     CoordinatorNotAvailable,
     KafkaStorageError,
     NotLeaderOrFollower,
+    for_code,
 )
 from tierlog.records import Record
 from tierlog.records.default_records import build_batch, control_record_type, iter_records
@@ -143,7 +144,7 @@ class OffsetStore:
         Raises:
             CoordinatorNotAvailable: the partition does not exist.
             NotLeaderOrFollower: this broker no longer leads it.
-            KafkaStorageError: the append failed.
+            ApiError: the append failed (the subclass of its error code).
         """
         if not records:
             return
@@ -169,7 +170,9 @@ class OffsetStore:
         if r.error_code == NotLeaderOrFollower.error_code:
             raise NotLeaderOrFollower(f"{topic}-{partition} moved")
         if r.error_code:
-            raise KafkaStorageError(
+            # The code's own error (NOT_ENOUGH_REPLICAS, REQUEST_TIMED_OUT ...): the
+            # coordinators map each to what their clients are told.
+            raise for_code(r.error_code)(
                 f"append to {topic}-{partition} failed: "
                 f"error {r.error_code} {r.error_message or ''}"
             )

@@ -243,3 +243,24 @@ async def test_verify_and_describe_and_list():
     assert tc.txn_manager.list_transactions(["Empty"], [])[2] == []
     assert tc.txn_manager.list_transactions([], [pid + 1000])[2] == []
     await tc.stop()
+
+
+@async_test
+async def test_complete_record_retried_until_written():
+    from tierlog.errors import NotEnoughReplicas
+
+    store = InMemoryOffsetStore()
+    w = Writer()
+    tc = await coordinator(store, w)
+    _, pid, e = await tc.init_producer_id("app", 60_000)
+    await tc.add_partitions_to_transaction("app", pid, e, {("t", 0)})
+    assert await tc.end_transaction("app", pid, e, commit=True) == 0
+    store.fail_with = NotEnoughReplicas("the ISR is too small")
+    await asyncio.sleep(1)
+    assert len(w.written) == 1  # the markers are out, the Complete record is not
+    assert state(tc, "app").state is S.PREPARE_COMMIT
+    assert (await tc.init_producer_id("app", 60_000))[0] == CONCURRENT_TRANSACTIONS
+    store.fail_with = None
+    await settle(tc)
+    assert state(tc, "app").state is S.COMPLETE_COMMIT
+    await tc.stop()

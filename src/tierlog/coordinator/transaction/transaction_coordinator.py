@@ -474,14 +474,14 @@ class TransactionCoordinator:
             )
 
         async def on_complete() -> None:
+            # Until written, or until this coordinator no longer owns the id (its successor
+            # completes the transaction when it loads it).
             while still_owner():
                 err = await self.txn_manager.append_transaction_to_log(
                     txn_id, coordinator_epoch, complete
                 )
                 if err == 0:
                     log.debug("%s: %s", txn_id, complete.txn_state.state_name)
-                    return
-                if err == NotCoordinator.error_code:
                     return
                 log.warning("%s: writing %s failed (error %d), retrying", txn_id,
                             complete.txn_state.state_name, err)  # fmt: skip
