@@ -271,3 +271,51 @@ def test_aiokafka_commit_and_abort(txn_broker, unique):
     run(go())
     assert read_values(b, topic, "read_committed", set(last)) == committed + last
     assert read_values(b, topic, "read_uncommitted", set(last)) == committed + aborted + last
+
+
+# --------------------------------------------------------------------------- admin
+
+
+def test_describe_and_list_transactions_with_kafka_python_admin(txn_broker, unique):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from kafka.admin import KafkaAdminClient
+
+    b = txn_broker.bootstrap
+    topic = f"admin-{unique}"
+    cf_create_topic(b, topic, partitions=2)
+    txn_id = f"admin-{unique}"
+    p = cf_txn_producer(b, txn_id, **{"transaction.timeout.ms": 120_000})
+    p.begin_transaction()
+    p.produce(topic, b"x", partition=1)
+    p.flush(30)
+    admin = KafkaAdminClient(bootstrap_servers=b)
+    try:
+        d = admin.describe_transactions([txn_id])[txn_id]
+        assert d.state.value == "Ongoing"
+        assert d.transaction_timeout_ms == 120_000
+        assert {(tp.topic, tp.partition) for tp in d.topic_partitions} == {(topic, 1)}
+        listed = [
+            t
+            for ts in admin.list_transactions(
+                state_filters=["Ongoing"], transactional_id_pattern=f"admin-{unique}.*"
+            ).values()
+            for t in ts
+        ]
+        assert [t.transactional_id for t in listed] == [txn_id]
+        p.commit_transaction(30)
+        # EndTxn is answered at PrepareCommit; CompleteCommit follows once the markers are in.
+        deadline = time.monotonic() + 30
+        while (state := admin.describe_transactions([txn_id])[txn_id].state.value) != (
+            "CompleteCommit"
+        ):
+            assert state == "PrepareCommit" and time.monotonic() < deadline, state
+            time.sleep(0.05)
+        assert not [
+            t
+            for ts in admin.list_transactions(state_filters=["Ongoing"]).values()
+            for t in ts
+            if t.transactional_id == txn_id
+        ]
+    finally:
+        admin.close()

@@ -157,7 +157,7 @@ ADVERTISED: Final[Mapping[int, tuple[int, int]]] = MappingProxyType(
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),  # -/0/-/-
         ApiKey.DESCRIBE_CLUSTER: (0, 2),  # kio 0-2
         ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),  # kafka-transactions.sh, AdminClient
-        ApiKey.LIST_TRANSACTIONS: (0, 2),  # kio 0-2 (v1: duration filter)
+        ApiKey.LIST_TRANSACTIONS: (0, 2),  # v1: duration filter, v2: transactional id pattern
     }
 )
 
