@@ -537,7 +537,7 @@ def error_codes(entity: Any) -> list[int]:
         return out
     for f in dataclasses.fields(entity):
         v = getattr(entity, f.name)
-        if f.name == "error_code":
+        if f.name == "error_code" or f.name.endswith("_error_code"):
             out.append(int(v.value if hasattr(v, "value") else v))
         elif isinstance(v, tuple) or dataclasses.is_dataclass(v):
             out += error_codes(v)
@@ -592,6 +592,22 @@ MATRIX: list[tuple[str, int, int, dict[str, Any], int]] = [
      {"transactional_id": "tx", "transaction_timeout": 60_000}, 53),
     ("InitProducerId, idempotent", 22, 4,
      {"transactional_id": None, "transaction_timeout": 60_000}, 31),
+    ("AddPartitionsToTxn", 24, 3, {"v3_and_below_transactional_id": "tx",
+                                   "v3_and_below_producer_id": 1,
+                                   "v3_and_below_producer_epoch": 0,
+                                   "v3_and_below_topics": [{"name": T, "partitions": [0]}]}, 53),
+    ("AddPartitionsToTxn, verify only", 24, 4, {"transactions": [
+        {"transactional_id": "tx", "producer_id": 1, "producer_epoch": 0, "verify_only": True,
+         "topics": [{"name": T, "partitions": [0]}]}]}, 31),
+    ("AddOffsetsToTxn", 25, 3, {"transactional_id": "tx", "producer_id": 1,
+                                "producer_epoch": 0, "group_id": G}, 53),
+    ("EndTxn", 26, 3, {"transactional_id": "tx", "producer_id": 1, "producer_epoch": 0,
+                       "committed": True}, 53),
+    ("TxnOffsetCommit", 28, 3, {"transactional_id": "tx", "group_id": G, "producer_id": 1,
+                                "producer_epoch": 0, "topics": [{"name": T, "partitions": [
+                                    {"partition_index": 0, "committed_offset": 1,
+                                     "committed_metadata": ""}]}]}, 53),
+    ("DescribeTransactions", 65, 0, {"transactional_ids": ["tx"]}, 53),
     ("ElectLeaders", 43, 2, {"election_type": 0, "timeout": 30_000,
                              "topic_partitions": [{"topic": T, "partitions": [0]}]}, 31),
     ("AlterPartitionReassignments", 45, 0, {"timeout": 30_000, "topics": []}, 31),
@@ -611,7 +627,7 @@ MATRIX: list[tuple[str, int, int, dict[str, Any], int]] = [
 AUTHORIZATION_ERRORS = {29, 30, 31, 53}
 TOPIC_, GROUP_, CLUSTER_, TXN_ = 2, 3, 4, 5
 READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE = 3, 4, 5, 6, 7, 8
-DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE = 10, 11, 12
+CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE = 9, 10, 11, 12
 KC = "kafka-cluster"
 #: The literal ACLs (resource type, name, operation) Kafka requires for each row, exactly.
 NEEDS: dict[str, list[tuple[int, str, int]]] = {
@@ -638,6 +654,12 @@ NEEDS: dict[str, list[tuple[int, str, int]]] = {
     "FindCoordinator, a transactional id": [(TXN_, "tx", DESCRIBE)],
     "InitProducerId, transactional": [(TXN_, "tx", WRITE)],
     "InitProducerId, idempotent": [(CLUSTER_, KC, IDEMPOTENT_WRITE)],
+    "AddPartitionsToTxn": [(TXN_, "tx", WRITE), (TOPIC_, T, WRITE)],
+    "AddPartitionsToTxn, verify only": [(CLUSTER_, KC, CLUSTER_ACTION)],
+    "AddOffsetsToTxn": [(TXN_, "tx", WRITE), (GROUP_, G, READ)],
+    "EndTxn": [(TXN_, "tx", WRITE)],
+    "TxnOffsetCommit": [(TXN_, "tx", WRITE), (GROUP_, G, READ), (TOPIC_, T, READ)],
+    "DescribeTransactions": [(TXN_, "tx", DESCRIBE)],
     "ElectLeaders": [(CLUSTER_, KC, ALTER)],
     "AlterPartitionReassignments": [(CLUSTER_, KC, ALTER)],
     "ListPartitionReassignments": [(CLUSTER_, KC, DESCRIBE)],
