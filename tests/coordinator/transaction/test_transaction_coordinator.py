@@ -264,3 +264,44 @@ async def test_complete_record_retried_until_written():
     await settle(tc)
     assert state(tc, "app").state is S.COMPLETE_COMMIT
     await tc.stop()
+
+
+@async_test
+async def test_idle_transactional_id_expires():
+    clock = Clock()
+    store = InMemoryOffsetStore()
+    tc = await coordinator(store, clock=clock, transactional_id_expiration_ms=10_000)
+    _, pid, _ = await tc.init_producer_id("idle", 60_000)
+    _, pid2, e2 = await tc.init_producer_id("busy", 60_000)
+    await tc.add_partitions_to_transaction("busy", pid2, e2, {("t", 0)})  # Ongoing: kept
+    clock.now += 10_000
+    tc.remove_expired_transactional_ids()
+    await settle(tc)
+    assert tc.txn_manager.get_transaction_state("idle") == (0, None)
+    assert state(tc, "busy").state is S.ONGOING
+    p = tc.txn_manager.partition_for("idle")
+    assert [v for k, v in store.replay(p) if decode_key(k) == "idle"][-1] is None  # tombstone
+    # a reload does not bring it back; a new InitProducerId starts it afresh
+    tc.on_resignation(p)
+    tc.on_election(p, 1)
+    await settle(tc)
+    assert tc.txn_manager.get_transaction_state("idle") == (0, None)
+    err, new_pid, epoch = await tc.init_producer_id("idle", 60_000)
+    assert (err, epoch) == (0, 0) and new_pid != pid
+    await tc.stop()
+
+
+@async_test
+async def test_transactional_produce_verification():
+    tc = await coordinator()
+    _, pid, e = await tc.init_producer_id("app", 60_000)
+    verify = tc.verify_transactional_produce
+    assert await verify("app", pid, e, "t", 0) == INVALID_TXN_STATE  # not added yet
+    await tc.add_partitions_to_transaction("app", pid, e, {("t", 0)})
+    assert await verify("app", pid, e, "t", 0) == 0
+    assert await verify("app", pid, e, "t", 1) == INVALID_TXN_STATE
+    assert await verify("app", pid, e - 1, "t", 0) == INVALID_PRODUCER_EPOCH
+    assert await verify("unknown", pid, e, "t", 0) == INVALID_PRODUCER_EPOCH
+    tc.on_resignation(tc.txn_manager.partition_for("app"))
+    assert await verify("app", pid, e, "t", 0) == 0  # another broker's id: not checked here
+    await tc.stop()
