@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tierlog.coordinator.transaction.transaction_metadata import (
     TransactionMetadata,
@@ -118,3 +120,69 @@ def test_epoch_exhaustion():
     assert (t.producer_id, t.producer_epoch, t.last_producer_id, t.last_producer_epoch) == (
         8, 0, 7, 32_766,
     )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- random walks
+
+STEPS = st.lists(
+    st.tuples(
+        st.sampled_from(
+            ["init", "init_expected", "add", "commit", "abort", "complete", "fence", "dead", "fail"]
+        ),
+        st.integers(0, 3),
+    ),
+    max_size=40,
+)
+
+
+@given(STEPS)
+def test_random_walks_keep_the_invariants(steps):
+    """Any sequence of prepares, each completed or failed: every applied state follows a
+    valid transition, epochs never go down for one producer id, Empty and Complete states
+    hold no partitions, and nothing is left pending."""
+    m = md()
+    now = 0
+    for action, arg in steps:
+        now += 1
+        before = m.state
+        try:
+            if action == "init":
+                t = m.prepare_increment_producer_epoch(60_000, None, now)
+            elif action == "init_expected":
+                t = m.prepare_increment_producer_epoch(60_000, m.producer_epoch - arg % 2, now)
+            elif action == "add":
+                t = m.prepare_add_partitions({("t", arg)}, now)
+            elif action in ("commit", "abort"):
+                nxt = S.PREPARE_COMMIT if action == "commit" else S.PREPARE_ABORT
+                t = m.prepare_abort_or_commit(nxt, now)
+            elif action == "complete":
+                if not m.state.is_prepare:
+                    continue
+                t = m.prepare_complete(now)
+            elif action == "fence":
+                t = m.prepare_fence_producer_epoch()
+                # the coordinator writes the fence as PrepareAbort with the bumped epoch
+                m.pending_state = None
+                m.producer_epoch, m.last_producer_epoch = t.producer_epoch, -1
+                t = m.prepare_abort_or_commit(S.PREPARE_ABORT, now)
+            elif action == "dead":
+                t = m.prepare_dead()
+            else:
+                continue
+        except (RuntimeError, ProducerFenced):
+            assert m.pending_state is None or action == "fence"
+            m.pending_state = None
+            continue
+        assert is_valid_transition(before, t.txn_state)
+        if arg == 3:  # the log write failed
+            m.pending_transition_failed()
+            assert m.state is before
+            continue
+        old_epoch = m.producer_epoch
+        m.complete_transition_to(t)
+        assert m.pending_state is None
+        assert m.producer_epoch >= old_epoch
+        if m.state in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT, S.DEAD):
+            assert not m.topic_partitions
+        if m.state is S.DEAD:
+            return
