@@ -102,3 +102,11 @@ def test_unknown_partitions_get_their_own_error(client: WireClient, unique: str)
         (topic, 7): UNKNOWN_TOPIC_OR_PARTITION,
         (f"missing-{unique}", 0): UNKNOWN_TOPIC_OR_PARTITION,
     }
+
+
+def test_transactional_records_need_a_transactional_id(client: WireClient, unique: str):
+    topic = f"no-tid-{unique}"
+    assert create_topics(client, {topic: 1}) == {topic: 0}
+    batch = txn_batch(pid(), [b"a"])
+    assert produce_batch(client, topic, 0, batch, transactional_id=None)[0] == 53
+    assert produce_batch(client, topic, 0, batch, transactional_id="tid") == (0, 0)

@@ -1,7 +1,7 @@
 """read_committed on a real broker: transactions written by hand (transactional batches over
-Produce, markers over WriteTxnMarkers), read by librdkafka and kafka-python in both isolation
-levels, on a plain topic and on a tiered topic whose transactional segments are only in
-remote storage."""
+Produce, markers over WriteTxnMarkers), read in both isolation levels by librdkafka,
+kafka-python and aiokafka on a plain topic, and by librdkafka and kafka-python on a tiered
+topic whose transactional segments are only in remote storage."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from tests.integration.txn_support import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
     TxnScenario,
+    aio_read,
     cf_read,
     fetch_partition,
     kp_read,
@@ -78,7 +79,7 @@ def test_read_committed_on_a_plain_topic(broker: BrokerProcess, unique: str):
     committed = [b"a1", b"a2", b"c1", b"d1", b"d2", b"f1", END]
     everything = [b"a1", b"a2", b"b1", b"c1", b"b2", b"d1", b"d2", b"e1", b"f1", END]
     assert s.committed() == committed and s.everything() == everything
-    for read in (cf_read, kp_read):
+    for read in (cf_read, kp_read, aio_read):
         assert read(broker.bootstrap, topic, "read_committed", until=END) == committed
         assert read(broker.bootstrap, topic, "read_uncommitted", until=END) == everything
 

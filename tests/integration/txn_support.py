@@ -317,3 +317,34 @@ def kp_read(bootstrap: str, topic: str, isolation: str, *, until: bytes) -> list
         raise AssertionError(f"{isolation}: {until!r} not read after 60 s; read {len(out)}")
     finally:
         c.close()
+
+
+def aio_read(bootstrap: str, topic: str, isolation: str, *, until: bytes) -> list[bytes]:
+    """The values of partition 0 read by aiokafka from offset 0 up to ``until``."""
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    async def run() -> list[bytes]:
+        c = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, isolation_level=isolation, enable_auto_commit=False
+        )
+        await c.start()
+        try:
+            tp = TopicPartition(topic, 0)
+            c.assign([tp])
+            c.seek(tp, 0)
+            out: list[bytes] = []
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                for records in (await c.getmany(timeout_ms=500)).values():
+                    for r in records:
+                        assert r.value is not None
+                        out.append(r.value)
+                        if r.value == until:
+                            return out
+            raise AssertionError(f"{isolation}: {until!r} not read after 60 s; read {len(out)}")
+        finally:
+            await c.stop()
+
+    return asyncio.run(run())

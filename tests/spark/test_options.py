@@ -27,7 +27,7 @@ def test_defaults() -> None:
     o = src(subscribe="a, b,,a")
     assert o.strategy == "subscribe" and o.topics == ("a", "b")
     assert o.starting == OffsetSpec("earliest") and o.ending == OffsetSpec("latest")
-    assert o.fail_on_data_loss and not o.include_headers and o.read_committed
+    assert o.fail_on_data_loss and not o.include_headers and not o.read_committed
     assert src(True, subscribe="a").starting == OffsetSpec("latest")
     assert o.remote is None
 

@@ -36,8 +36,14 @@ One round over one log (:meth:`Cleaner.do_clean`), as Kafka does it:
 
 Appends go on meanwhile (the active segment is not touched); a segment deleted by retention
 or truncation while its group is being cleaned aborts that group's swap (the log then reads
-as before). Transactions are not supported by tierlog yet: control batches are kept as they
-are and no batch is treated as aborted.
+as before).
+
+Transactions: the keys of aborted transactions never enter the offset map (Kafka's
+``CleanedTransactionMetadata``: a transactional batch is aborted from its transaction's first
+offset, as the ``.txnindex`` says, until its producer's ABORT marker), so an aborted value
+never shadows a committed one. Aborted records and the markers themselves are kept (read
+committed consumers drop them as before), and the cleaned segment keeps the ``.txnindex``
+entries of the segments it replaces.
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ from tierlog.log.log_segment import LogSegment, wall_clock_ms
 from tierlog.log.offset_map import SkimpyOffsetMap
 from tierlog.log.offset_map import rebuild_records as _rebuild_records
 from tierlog.log.throttler import Throttler
+from tierlog.log.transaction_index import AbortedTxnFilter
 from tierlog.records.default_records import RecordBatchBuilder, build_empty_batch, read_records
 from tierlog.records.record_batch import (
     COMPRESSION_CODEC_MASK,
@@ -260,10 +267,12 @@ class Cleaner:
         offset_map = self.offset_map
         offset_map.clear()
         dirty = [s for s in lg.segments.values_between(start, end)]
+        aborted = lg.collect_aborted_transactions(start, end)
+        txns = AbortedTxnFilter(aborted) if aborted else None
         for i, segment in enumerate(dirty):
             next_start = dirty[i + 1].base_offset if i + 1 < len(dirty) else end
             self.check_done(tp)
-            if self._build_offset_map_for_segment(tp, segment, start, next_start, stats):
+            if self._build_offset_map_for_segment(tp, segment, start, next_start, stats, txns):
                 log.debug("%s: offset map full in segment %d", lg, segment.base_offset)
                 break
 
@@ -274,6 +283,7 @@ class Cleaner:
         start: int,
         next_segment_start: int,
         stats: CleanerStats,
+        txns: AbortedTxnFilter | None = None,
     ) -> bool:
         offset_map = self.offset_map
         # The table, called directly: this loop runs once per batch of the dirty section.
@@ -302,13 +312,17 @@ class Cleaner:
             self.io_buffer_size,
             self.max_io_buffer_size,
             on_chunk=on_chunk,
-            skip=skip,
+            # With aborted transactions in the range every batch comes here, in order.
+            skip=skip if txns is None else None,
         ):
             last_offset = header.base_offset + header.last_offset_delta
             if last_offset < start:
                 continue
             if header.base_offset >= next_segment_start:
                 break
+            if txns is not None and txns.is_aborted(chunk, header):
+                offset_map.update_latest_offset(last_offset)
+                continue
             if not header.attributes & CONTROL_FLAG_MASK:
                 data, pos, end = records_section(chunk, header, False)
                 count = header.records_count
@@ -426,6 +440,9 @@ class Cleaner:
                 # group ended (see the module docstring).
                 writer.write(empty_batch_of(last_dropped), last_dropped)
             writer.flush()
+            for segment in segments:  # the aborted transactions stay known
+                for txn in segment.txn_index.all_aborted_txns():
+                    cleaned.txn_index.append(txn)
             cleaned.on_become_inactive_segment()
             cleaned.flush()
             cleaned.set_last_modified(segments[-1].last_modified)
@@ -517,7 +534,7 @@ class Cleaner:
                             and header.producer_epoch == producer_epoch
                         )
             if attributes & CONTROL_FLAG_MASK:
-                # No transactions yet: markers stay as they are.
+                # Markers stay as they are (their aborted records stay too).
                 stats.messages_read += header.records_count
                 stats.messages_written += header.records_count
                 writer.write(_slice(chunk, header), header)

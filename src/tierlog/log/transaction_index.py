@@ -25,6 +25,7 @@ readers.
 
 from __future__ import annotations
 
+import heapq
 import os
 import struct
 from collections.abc import Iterator
@@ -32,8 +33,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tierlog.errors import CorruptIndexError
+from tierlog.records.control_records import read_end_txn_marker
+from tierlog.records.record_batch import (
+    CONTROL_FLAG_MASK,
+    TRANSACTIONAL_FLAG_MASK,
+    RecordBatchHeader,
+)
 
-__all__ = ["ABORTED_TXN_SIZE", "AbortedTxn", "TransactionIndex", "TxnIndexSearchResult"]
+__all__ = [
+    "ABORTED_TXN_SIZE",
+    "AbortedTxn",
+    "AbortedTxnFilter",
+    "TransactionIndex",
+    "TxnIndexSearchResult",
+]
 
 ABORTED_TXN_VERSION = 0
 _ENTRY = struct.Struct(">hqqqq")
@@ -102,6 +115,38 @@ def collect_aborted_txns(
         if txn.last_stable_offset >= upper_bound_offset:
             return TxnIndexSearchResult(found, True)
     return TxnIndexSearchResult(found, False)
+
+
+class AbortedTxnFilter:
+    """Which batches of a range belong to aborted transactions (the offset map's half of
+    Kafka's ``CleanedTransactionMetadata``). Feed it every batch of the range in offset order.
+    Not thread-safe."""
+
+    def __init__(self, aborted: list[AbortedTxn]) -> None:
+        #: (first offset, producer id) of the aborted transactions not reached yet.
+        self._pending = sorted((t.first_offset, t.producer_id) for t in aborted)
+        heapq.heapify(self._pending)
+        self._aborted_producers: set[int] = set()
+
+    def is_aborted(self, chunk: bytes, header: RecordBatchHeader) -> bool:
+        """True for a transactional data batch inside an aborted transaction.
+
+        Raises:
+            InvalidRecord: a control batch whose record is malformed.
+        """
+        last_offset = header.base_offset + header.last_offset_delta
+        pending = self._pending
+        while pending and pending[0][0] <= last_offset:
+            self._aborted_producers.add(heapq.heappop(pending)[1])
+        if header.attributes & CONTROL_FLAG_MASK:
+            marker = read_end_txn_marker(chunk, header)
+            if marker is not None and marker.is_abort:
+                self._aborted_producers.discard(header.producer_id)
+            return False
+        return (
+            bool(header.attributes & TRANSACTIONAL_FLAG_MASK)
+            and header.producer_id in self._aborted_producers
+        )
 
 
 class TransactionIndex:

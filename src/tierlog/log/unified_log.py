@@ -142,6 +142,9 @@ class UnifiedLog(LocalLog):
         producer_state_manager.on_high_watermark_updated(self._high_watermark)
         self._latest_epoch = leader_epoch_cache.latest_epoch
 
+        #: Whether any segment may hold aborted transactions (a .txnindex file): a log that
+        #: never had one answers read_committed fetches without looking at its segments.
+        self._may_have_aborted_txns = any(s.txn_index.path.exists() for s in segments.values())
         #: Tiered storage gates local deletion on the remote copy state; None allows all.
         self.can_delete_local_segment: Callable[[LogSegment], bool] | None = None
         #: Tiered storage: highest offset copied to remote storage (-1: none), advanced by the
@@ -485,6 +488,8 @@ class UnifiedLog(LocalLog):
                         )
                         if completed is not None:
                             segment.update_txn_index(completed, psm.last_stable_offset(completed))
+                            if completed.is_aborted:
+                                self._may_have_aborted_txns = True
             psm.update_map_end_offset(last_offset + 1)
 
             if assign_offsets:
@@ -611,6 +616,8 @@ class UnifiedLog(LocalLog):
             CorruptIndexError: a ``.txnindex`` is corrupt.
             OSError: one cannot be read.
         """
+        if not self._may_have_aborted_txns:
+            return []
         snapshot = self._segments.snapshot()
         found: list[AbortedTxn] = []
         for segment in snapshot.segments[max(0, snapshot.floor_index(start_offset)) :]:
@@ -619,6 +626,15 @@ class UnifiedLog(LocalLog):
             if result.is_complete:
                 break
         return found
+
+    def fetch_upper_bound_offset(self, read_offset: int, max_offset: int) -> int:
+        """An offset at or past the end of what a read that returned data from
+        ``read_offset`` on can have returned: the next segment's base offset (a read never
+        spans two segments), at most ``max_offset`` (Kafka's fallback in
+        ``fetchUpperBoundOffset``). Bounds the aborted transactions of a read_committed
+        fetch to its range. One bisect; lock-free."""
+        higher = self._segments.snapshot().higher_segment(read_offset)
+        return max_offset if higher is None else min(higher.base_offset, max_offset)
 
     def _offset_metadata(self, offset: int, snapshot: SegmentsSnapshot) -> LogOffsetMetadata:
         """Where the batch holding ``offset`` starts (cached for the high watermark)."""

@@ -701,7 +701,9 @@ class ReplicaManager:
         if isolation_level == READ_COMMITTED and replica_id < 0:
             try:
                 result.aborted_transactions = (
-                    lg.collect_aborted_transactions(fetch_offset, upper) if data.records else []
+                    _aborted_transactions(lg, fetch_offset, data.records, upper)
+                    if data.records
+                    else []
                 )
             except (ApiError, OSError) as e:
                 log.error("reading the transaction index of %s-%d failed: %s", p.topic, p.index, e)
@@ -916,6 +918,18 @@ class ReplicaManager:
             p.wake_waiters()
         if self._remote is not None:
             self._remote.read_ahead.clear()
+
+
+def _aborted_transactions(
+    lg: Any, fetch_offset: int, records: bytes | memoryview, upper: int
+) -> list[AbortedTxn]:
+    """The aborted transactions of a read_committed read that returned ``records``: those
+    overlapping [fetch offset, end of the segment read) (a read skips segments left with
+    only empty batches by the cleaner, so the segment is the first batch's)."""
+    first = int.from_bytes(records[:8], "big", signed=True) if len(records) >= 8 else -1
+    read_offset = max(fetch_offset, first)
+    bound = lg.fetch_upper_bound_offset(read_offset, upper)
+    return list(lg.collect_aborted_transactions(fetch_offset, bound))
 
 
 def _safe_log_start(p: Partition) -> int:

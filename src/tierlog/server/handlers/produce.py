@@ -26,9 +26,10 @@ from tierlog.errors import (
     CorruptRecordError,
     InvalidRequiredAcks,
     NotLeaderOrFollower,
+    TransactionalIdAuthorizationFailed,
     UnknownTopicId,
 )
-from tierlog.records.record_batch import read_header
+from tierlog.records.record_batch import TRANSACTIONAL_FLAG_MASK, read_header
 from tierlog.security.acl_checks import topic_error, transactional_id_error
 from tierlog.security.authorizer import AclOperation
 from tierlog.server.handlers._build import build, request_timeout_ms
@@ -53,6 +54,12 @@ def handle_produce(apis: KafkaApis, ev: Request) -> Any:
         code := transactional_id_error(apis, AclOperation.WRITE, req.transactional_id)
     ):
         error = ProducePartitionResult(code)
+    elif req.transactional_id is None and _has_transactional_batch(req):
+        # Kafka: transactional records need a transactional id the client may write.
+        error = ProducePartitionResult(
+            TransactionalIdAuthorizationFailed.error_code,
+            error_message="transactional records without a transactional id",
+        )
     timeout_ms = request_timeout_ms(req)
     # Partitions whose appends may fsync (flush.messages set) are appended in a thread;
     # acks=-1 partitions wait for their ISR.
@@ -144,6 +151,17 @@ def node_endpoints(apis: KafkaApis, ids: set[int]) -> list[dict[str, Any]]:
         if e is not None:
             out.append({"node_id": e.node_id, "host": e.host, "port": e.port, "rack": e.rack})
     return out
+
+
+def _has_transactional_batch(req: Any) -> bool:
+    """Whether a partition's batch has the isTransactional attribute (one byte each: the low
+    byte of the attributes at offset 21)."""
+    for t in req.topic_data:
+        for pd in t.partition_data:
+            records = pd.records
+            if records is not None and len(records) > 22 and records[22] & TRANSACTIONAL_FLAG_MASK:
+                return True
+    return False
 
 
 async def _verified_append(
