@@ -156,18 +156,19 @@ async def test_init_while_ongoing_aborts_with_bumped_epoch():
 @async_test
 async def test_markers_retried_until_written_and_concurrent_meanwhile():
     w = Writer()
-    w.fail[("t", 0)] = [NOT_LEADER, -1, NOT_LEADER]
+    w.fail[("t", 0)] = [NOT_LEADER, -1] + [NOT_LEADER] * 8  # retried for ~3 s
     w.gone.add(("deleted", 0))
     tc = await coordinator(writer=w)
     _, pid, e = await tc.init_producer_id("app", 60_000)
     await tc.add_partitions_to_transaction("app", pid, e, {("t", 0), ("deleted", 0)})
     assert await tc.end_transaction("app", pid, e, commit=False) == 0
+    # waits a moment for the completion, then tells the client to retry
     assert await tc.add_partitions_to_transaction("app", pid, e, {("t", 0)}) == (
         CONCURRENT_TRANSACTIONS
     )
     await settle(tc)
     assert [(tp, en.commit) for en, *tp in w.written] == [(["t", 0], False)]
-    assert w.calls == 4
+    assert w.calls == 11
     assert state(tc, "app").state is S.COMPLETE_ABORT
     await tc.stop()
 
@@ -304,4 +305,21 @@ async def test_transactional_produce_verification():
     assert await verify("unknown", pid, e, "t", 0) == INVALID_PRODUCER_EPOCH
     tc.on_resignation(tc.txn_manager.partition_for("app"))
     assert await verify("app", pid, e, "t", 0) == 0  # another broker's id: not checked here
+    await tc.stop()
+
+
+@async_test
+async def test_next_transaction_waits_for_the_previous_ones_completion():
+    w = Writer()
+    w.fail[("t", 0)] = [NOT_LEADER, NOT_LEADER]  # the markers take ~0.15 s
+    tc = await coordinator(writer=w)
+    _, pid, e = await tc.init_producer_id("app", 60_000)
+    await tc.add_partitions_to_transaction("app", pid, e, {("t", 0)})
+    assert await tc.end_transaction("app", pid, e, commit=True) == 0
+    assert state(tc, "app").state is S.PREPARE_COMMIT
+    # the next transaction's first AddPartitionsToTxn is answered once the commit completed
+    assert await tc.add_partitions_to_transaction("app", pid, e, {("t", 1)}) == 0
+    assert len(w.written) == 1
+    md = state(tc, "app")
+    assert (md.state, md.topic_partitions) == (S.ONGOING, {("t", 1)})
     await tc.stop()

@@ -74,6 +74,11 @@ log = logging.getLogger(__name__)
 
 _S = TransactionState
 _RETRY_COMPLETE_S = 0.1
+#: How long a request of an id whose previous transaction is completing (markers in flight)
+#: waits for it before answering CONCURRENT_TRANSACTIONS. Kafka answers at once and the
+#: client retries after its backoff (librdkafka: retry.backoff.ms, 100 ms), which costs a
+#: producer that commits often far more than the millisecond the completion takes here.
+_WAIT_FOR_COMPLETION_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +207,7 @@ class TransactionCoordinator:
             return InvalidRequest.error_code, -1, -1
         if not self.txn_manager.validate_transaction_timeout_ms(transaction_timeout_ms):
             return InvalidTransactionTimeout.error_code, -1, -1
+        await self.marker_channel.wait_for_completion(transactional_id, _WAIT_FOR_COMPLETION_S)
         err, existing = self.txn_manager.get_transaction_state(transactional_id)
         if err:
             return err, -1, -1
@@ -288,9 +294,11 @@ class TransactionCoordinator:
         producer_epoch: int,
         partitions: set[TopicPartition],
     ) -> int:
-        """AddPartitionsToTxn / AddOffsetsToTxn: 0 or the error of every partition."""
+        """AddPartitionsToTxn / AddOffsetsToTxn: 0 or the error of every partition. While
+        the previous transaction completes, the request waits for it (a moment) first."""
         if not transactional_id:
             return InvalidRequest.error_code
+        await self.marker_channel.wait_for_completion(transactional_id, _WAIT_FOR_COMPLETION_S)
         err, current = self.txn_manager.get_transaction_state(transactional_id)
         if err:
             return err

@@ -84,6 +84,13 @@ class TransactionMarkerChannelManager:
     def in_flight(self) -> int:
         return len(self._sending)
 
+    async def wait_for_completion(self, transactional_id: str, timeout_s: float) -> None:
+        """Wait (at most ``timeout_s``) until the id's markers and its Complete record are
+        written, if they are being sent; never cancels the sending."""
+        task = self._sending.get(transactional_id)
+        if task is not None:
+            await asyncio.wait({task}, timeout=timeout_s)
+
     def add_txn_markers_to_send(
         self,
         transactional_id: str,
