@@ -482,6 +482,47 @@ class UnacceptableCredential(ApiError):
     description = "Requested credential would not meet criteria for acceptability."
 
 
+# The transaction coordinator's codes (Kafka's Errors.java).
+
+
+class InvalidProducerIdMapping(ApiError):
+    error_code = 49
+    description = (
+        "The producer attempted to use a producer id which is not currently assigned to its "
+        "transactional id."
+    )
+
+
+class InvalidTransactionTimeout(ApiError):
+    error_code = 50
+    description = (
+        "The transaction timeout is larger than the maximum value allowed by the broker (as "
+        "configured by transaction.max.timeout.ms)."
+    )
+
+
+class ConcurrentTransactions(ApiError):
+    error_code = 51
+    retriable = True
+    description = (
+        "The producer attempted to update a transaction while another concurrent operation on "
+        "the same transaction was ongoing."
+    )
+
+
+class UnstableOffsetCommit(ApiError):
+    error_code = 88
+    retriable = True
+    description = "There are unstable offsets that need to be cleared."
+
+
+class ProducerFenced(ApiError):
+    error_code = 90
+    description = (
+        "There is a newer producer with the same transactionalId which fences the current one."
+    )
+
+
 _REGISTRY: dict[int, type[ApiError]] = {}
 
 

@@ -537,7 +537,7 @@ def error_codes(entity: Any) -> list[int]:
         return out
     for f in dataclasses.fields(entity):
         v = getattr(entity, f.name)
-        if f.name == "error_code":
+        if f.name == "error_code" or f.name.endswith("_error_code"):
             out.append(int(v.value if hasattr(v, "value") else v))
         elif isinstance(v, tuple) or dataclasses.is_dataclass(v):
             out += error_codes(v)
@@ -595,6 +595,22 @@ MATRIX: list[tuple[str, int, int, dict[str, Any], int]] = [
     ("WriteTxnMarkers", 27, 1, {"markers": [
         {"producer_id": 1, "producer_epoch": 0, "transaction_result": False,
          "coordinator_epoch": 0, "topics": [{"name": T, "partition_indexes": [99]}]}]}, 31),
+    ("AddPartitionsToTxn", 24, 3, {"v3_and_below_transactional_id": "tx",
+                                   "v3_and_below_producer_id": 1,
+                                   "v3_and_below_producer_epoch": 0,
+                                   "v3_and_below_topics": [{"name": T, "partitions": [0]}]}, 53),
+    ("AddPartitionsToTxn, verify only", 24, 4, {"transactions": [
+        {"transactional_id": "tx", "producer_id": 1, "producer_epoch": 0, "verify_only": True,
+         "topics": [{"name": T, "partitions": [0]}]}]}, 31),
+    ("AddOffsetsToTxn", 25, 3, {"transactional_id": "tx", "producer_id": 1,
+                                "producer_epoch": 0, "group_id": G}, 53),
+    ("EndTxn", 26, 3, {"transactional_id": "tx", "producer_id": 1, "producer_epoch": 0,
+                       "committed": True}, 53),
+    ("TxnOffsetCommit", 28, 3, {"transactional_id": "tx", "group_id": G, "producer_id": 1,
+                                "producer_epoch": 0, "topics": [{"name": T, "partitions": [
+                                    {"partition_index": 0, "committed_offset": 1,
+                                     "committed_metadata": ""}]}]}, 53),
+    ("DescribeTransactions", 65, 0, {"transactional_ids": ["tx"]}, 53),
     ("ElectLeaders", 43, 2, {"election_type": 0, "timeout": 30_000,
                              "topic_partitions": [{"topic": T, "partitions": [0]}]}, 31),
     ("AlterPartitionReassignments", 45, 0, {"timeout": 30_000, "topics": []}, 31),
@@ -649,6 +665,12 @@ NEEDS: dict[str, list[tuple[int, str, int]]] = {
     "InitProducerId, transactional": [(TXN_, "tx", WRITE)],
     "InitProducerId, idempotent": [(CLUSTER_, KC, IDEMPOTENT_WRITE)],
     "WriteTxnMarkers": [(CLUSTER_, KC, CLUSTER_ACTION)],
+    "AddPartitionsToTxn": [(TXN_, "tx", WRITE), (TOPIC_, T, WRITE)],
+    "AddPartitionsToTxn, verify only": [(CLUSTER_, KC, CLUSTER_ACTION)],
+    "AddOffsetsToTxn": [(TXN_, "tx", WRITE), (GROUP_, G, READ)],
+    "EndTxn": [(TXN_, "tx", WRITE)],
+    "TxnOffsetCommit": [(TXN_, "tx", WRITE), (GROUP_, G, READ), (TOPIC_, T, READ)],
+    "DescribeTransactions": [(TXN_, "tx", DESCRIBE)],
     "ElectLeaders": [(CLUSTER_, KC, ALTER)],
     "AlterPartitionReassignments": [(CLUSTER_, KC, ALTER)],
     "ListPartitionReassignments": [(CLUSTER_, KC, DESCRIBE)],

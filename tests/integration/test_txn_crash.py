@@ -1,9 +1,8 @@
-"""Crash test of the log's transactions: hand-written transactions at full speed while the
-broker is SIGKILLed at random moments and restarted. Afterwards the test plays the
-coordinator's recovery (a decided COMMIT is written again, an undecided transaction is
-aborted) and a read_committed consumer must see exactly the committed transactions, each
-whole, and nothing aborted or unfinished: producer state, the .txnindex files and the last
-stable offset all survive crash recovery."""
+"""Crash test for transactions: a confluent-kafka transactional producer commits and aborts
+transactions of 2 partitions at full speed while the broker (partition leader and transaction
+coordinator at once) is SIGKILLed at random moments and restarted. Afterwards a
+read_committed consumer sees every committed transaction whole, no record of an aborted one,
+and of the transactions whose outcome the producer never learned, each whole or not at all."""
 
 from __future__ import annotations
 
@@ -11,124 +10,146 @@ import random
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
+from collections import Counter
 
-from tests.integration.conftest import BrokerProcess
-from tests.integration.txn_support import (
-    READ_COMMITTED,
-    READ_UNCOMMITTED,
-    cf_read,
-    list_latest_offset,
-    produce_batch,
-    txn_batch,
-    write_txn_markers,
-)
-from tests.integration.wire import WireClient, create_topics
-from tierlog.records import build_batch
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-KILLS = 5
-BATCHES = 3  # per transaction
-PER_BATCH = 4
+from tests.integration.clients import cf_create_topic
+
+KILLS = 8
+RECORDS_PER_TXN = 20
+PARTITIONS = 2
 
 
-@dataclass
-class Txn:
-    pid: int
-    commit: bool
-    values: list[bytes] = field(default_factory=list)
-    state: str = "started"  # -> "data" (every batch acked) -> "marker sent" -> "done"
+def _producer(bootstrap: str, txn_id: str) -> Producer:
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": txn_id,
+            "linger.ms": 2,
+            "transaction.timeout.ms": 20_000,
+            "message.timeout.ms": 20_000,
+            "retry.backoff.ms": 50,
+            "reconnect.backoff.ms": 20,
+            "reconnect.backoff.max.ms": 200,
+            "socket.connection.setup.timeout.ms": 2000,
+        }
+    )
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            p.init_transactions(10)
+            return p
+        except KafkaException as e:
+            if time.monotonic() > deadline or e.args[0].fatal():
+                raise
 
 
-def test_sigkill_during_transactions_read_committed_sees_exactly_the_committed(
-    fresh_broker: BrokerProcess,
-):
+@pytest.mark.slow
+def test_sigkill_loop_keeps_transactions_atomic(fresh_broker):
     b = fresh_broker
-    topic = "txn-crash"
-    rng = random.Random(1105)
-    c = WireClient(b.bootstrap)
-    try:
-        assert create_topics(c, {topic: 1}) == {topic: 0}
-    finally:
-        c.close()
-    txns: list[Txn] = []
+    rng = random.Random(1111)
+    topic, txn_id = "txn-crash", "txn-crash-producer"
+    cf_create_topic(b.bootstrap, topic, partitions=PARTITIONS)
+    committed: set[int] = set()  # commit_transaction returned
+    aborted: set[int] = set()  # abort_transaction returned, or never got to commit
+    unknown: set[int] = set()  # commit raised: either outcome is allowed
     stop = threading.Event()
-    base = rng.randrange(10**12, 2 * 10**12)
+    errors: list[str] = []
 
-    def writer() -> None:
-        conn: WireClient | None = None
+    def produce_loop() -> None:
+        p = _producer(b.bootstrap, txn_id)
+        n = 0
         while not stop.is_set():
-            t = Txn(base + len(txns), commit=len(txns) % 3 != 2)
-            txns.append(t)
+            n += 1
+            commit = rng.random() < 0.75
             try:
-                if conn is None:
-                    conn = WireClient(b.bootstrap, timeout=5)
-                for j in range(BATCHES):
-                    values = [b"%d-%d-%d" % (t.pid, j, k) for k in range(PER_BATCH)]
-                    batch = txn_batch(t.pid, values, base_sequence=j * PER_BATCH)
-                    code, _ = produce_batch(conn, topic, 0, batch)
-                    if code:
-                        raise ConnectionError(f"produce error {code}")
-                    t.values += values
-                t.state = "data"
-                t.state = "marker sent"
-                got = write_txn_markers(conn, t.pid, t.commit, {topic: [0]})
-                if got != {(topic, 0): 0}:
-                    raise ConnectionError(f"marker error {got}")
-                t.state = "done"
-            except (OSError, ConnectionError):
-                if conn is not None:
-                    conn.close()
-                conn = None
-                time.sleep(0.05)  # the broker is restarting; the next transaction retries
-        if conn is not None:
-            conn.close()
+                p.begin_transaction()
+                for i in range(RECORDS_PER_TXN):
+                    p.produce(topic, f"{n}:{i}".encode(), partition=i % PARTITIONS)
+                if commit:
+                    p.commit_transaction(30)
+                    committed.add(n)
+                else:
+                    p.flush(30)  # the records reach the log before the abort
+                    p.abort_transaction(30)
+                    aborted.add(n)
+            except KafkaException as e:
+                err = e.args[0]
+                errors.append(str(err))
+                (unknown if commit else aborted).add(n)
+                if err.txn_requires_abort():
+                    try:
+                        p.abort_transaction(30)
+                        if commit:
+                            unknown.discard(n)
+                            aborted.add(n)
+                        continue
+                    except KafkaException as e2:
+                        errors.append(f"abort: {e2.args[0]}")
+                # fatal, or the abort failed: a new instance fences this one
+                p = _producer(b.bootstrap, txn_id)
+        p.flush(30)
 
-    thread = threading.Thread(target=writer, daemon=True)
-    thread.start()
+    t = threading.Thread(target=produce_loop, daemon=True)
+    t.start()
     try:
         for _ in range(KILLS):
-            time.sleep(rng.uniform(0.3, 1.2))
+            time.sleep(rng.uniform(0.5, 2.0))
             b.stop(signal.SIGKILL)
             time.sleep(rng.uniform(0.0, 0.3))
             b.start()
-        time.sleep(0.5)
+        time.sleep(2.0)
     finally:
         stop.set()
-        thread.join(30)
-    assert not thread.is_alive()
-    done = [t for t in txns if t.state == "done"]
-    assert len(done) > 20, f"only {len(done)} transactions finished"
+        t.join(180)
+    assert not t.is_alive(), "the producer thread did not stop"
+    assert len(committed) > 20, f"only {len(committed)} transactions committed; {errors[:5]}"
 
-    # The coordinator's recovery: a decided commit is completed, anything else aborted.
-    c = WireClient(b.bootstrap)
+    # A last transaction by a new instance: it fences the old one (aborting anything left
+    # open), and once it is visible every earlier transaction is decided.
+    last = _producer(b.bootstrap, txn_id)
+    last.begin_transaction()
+    for part in range(PARTITIONS):
+        last.produce(topic, f"end:{part}".encode(), partition=part)
+    last.commit_transaction(60)
+
+    c = Consumer(
+        {
+            "bootstrap.servers": b.bootstrap,
+            "group.id": "checker",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    seen: Counter[int] = Counter()
+    ends = 0
     try:
-        for t in txns:
-            if t.state == "done":
-                continue
-            t.commit = t.commit and t.state == "marker sent"
-            assert write_txn_markers(c, t.pid, t.commit, {topic: [0]}) == {(topic, 0): 0}
-        end = build_batch([(int(time.time() * 1000), None, b"END")])
-        code, _ = produce_batch(c, topic, 0, end, transactional_id=None)
-        assert code == 0
-        assert list_latest_offset(c, topic, 0, READ_COMMITTED) == list_latest_offset(
-            c, topic, 0, READ_UNCOMMITTED
-        )
+        c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        deadline = time.monotonic() + 300
+        while ends < PARTITIONS:
+            assert time.monotonic() < deadline, f"end markers not read ({ends})"
+            for m in c.consume(5000, 1.0):
+                if m.error():
+                    if m.error().code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise KafkaException(m.error())
+                txn, _, _i = m.value().decode().partition(":")
+                if txn == "end":
+                    ends += 1
+                else:
+                    seen[int(txn)] += 1
     finally:
         c.close()
-
-    got = cf_read(b.bootstrap, topic, "read_committed", until=b"END")
-    assert got[-1] == b"END"
-    got = got[:-1]
-    committed = {t.pid: t.values for t in txns if t.commit}
-    aborted = {t.pid for t in txns if not t.commit}
-    by_pid: dict[int, list[bytes]] = {}
-    for v in got:
-        by_pid.setdefault(int(v.split(b"-")[0]), []).append(v)
-    assert not set(by_pid) & aborted, "records of aborted transactions were read"
-    assert set(by_pid) == {pid for pid, values in committed.items() if values}
-    for pid, values in by_pid.items():
-        assert values == committed[pid], f"transaction {pid} is not whole or not in order"
+    visible_aborted = sorted(set(seen) & aborted)
+    assert not visible_aborted, f"aborted transactions visible: {visible_aborted[:10]}"
+    missing = sorted(committed - set(seen))
+    assert not missing, f"committed transactions missing: {missing[:10]}"
+    partial = {n: k for n, k in seen.items() if k != RECORDS_PER_TXN}
+    assert not partial, f"transactions seen in part (or twice): {list(partial.items())[:10]}"
+    assert set(seen) <= committed | unknown
     print(
-        f"{b.starts - 1} kills, {len(txns)} transactions ({len(done)} finished before a kill "
-        f"hit them), {len(committed)} committed, {len(got)} records read committed"
+        f"{b.starts - 1} kills, {len(committed)} committed, {len(aborted)} aborted, "
+        f"{len(unknown)} unknown ({len(set(seen) & unknown)} visible), {len(errors)} errors"
     )

@@ -79,7 +79,11 @@ class ApiKey(enum.IntEnum):
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
     WRITE_TXN_MARKERS = 27
+    TXN_OFFSET_COMMIT = 28
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
     DELETE_ACLS = 31
@@ -102,6 +106,8 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_PRODUCERS = 61
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
 
 
 # api key: (advertised min, advertised max). Comments: the highest version each client sends
@@ -130,7 +136,15 @@ ADVERTISED: Final[Mapping[int, tuple[int, int]]] = MappingProxyType(
         ApiKey.DELETE_RECORDS: (0, 2),  # 2/2/2/1
         ApiKey.INIT_PRODUCER_ID: (0, 4),  # 4/4/0/1; kio 0-6 (v5+ is KIP-890/939)
         ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),  # 4/2/-/-; kio 2-4 (Kafka 3.7: 0-4)
+        # Transactions, version 1 (Kafka 3.x): the versions after these add KIP-890's
+        # TRANSACTION_ABORTABLE and transaction version 2, which tierlog does not speak.
+        # AddPartitionsToTxn v4 is the brokers' batched, verify-only shape.
+        # kafka-python 3 sends v3 of the four, aiokafka v0, librdkafka its own lower ones.
+        ApiKey.ADD_PARTITIONS_TO_TXN: (0, 4),  # kio 0-5
+        ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),  # kio 0-4
+        ApiKey.END_TXN: (0, 3),  # kio 0-5
         ApiKey.WRITE_TXN_MARKERS: (1, 2),  # broker to broker; kio 1-2 (Kafka 4 dropped v0)
+        ApiKey.TXN_OFFSET_COMMIT: (0, 3),  # kio 0-5
         # kio has v1-3 (Kafka 4 dropped v0); librdkafka and kafka-python send v1.
         ApiKey.DESCRIBE_ACLS: (1, 3),
         ApiKey.CREATE_ACLS: (1, 3),
@@ -155,6 +169,8 @@ ADVERTISED: Final[Mapping[int, tuple[int, int]]] = MappingProxyType(
         # KIP-848; v1 (Kafka 4): the client generates its member id. librdkafka 2.16 sends v1.
         ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),  # kio 0-1
         ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),  # kio 0-1 (v1 adds member_type)
+        ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),  # kafka-transactions.sh, AdminClient
+        ApiKey.LIST_TRANSACTIONS: (0, 2),  # v1: duration filter, v2: transactional id pattern
     }
 )
 

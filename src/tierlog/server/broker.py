@@ -6,11 +6,12 @@ opened and checked (tiered storage on) → log manager (loads and recovers every
 (``__remote_log_metadata``, metadata manager, RemoteLogManager taking every tiered
 partition, or in a cluster the partitions as their roles arrive; see
 :mod:`tierlog.server.tiered_storage`) → replica manager → group coordinator (replays its
-partitions) → listeners accept → (cluster: joining it) → the web console when
-``console.listener`` is set (:mod:`tierlog.console`, over :mod:`tierlog.server.console_view`).
-Nothing is written to the log dirs before the listeners are bound and the remote store
-checked. A line ``tierlog broker started: node N listening on host:port`` on stderr says it is
-ready.
+partitions) → transaction coordinator (loads ``__transaction_state`` when it exists; see
+:mod:`tierlog.server.txn_state_topic`) → listeners accept → (cluster: joining it) → the web
+console when ``console.listener`` is set (:mod:`tierlog.console`, over
+:mod:`tierlog.server.console_view`). Nothing is written to the log dirs before the listeners
+are bound and the remote store checked. A line ``tierlog broker started: node N listening on
+host:port`` on stderr says it is ready.
 
 Shutdown (SIGTERM, SIGINT/Ctrl-C): stop the console, stop accepting and close the
 connections, stop the group coordinator (parked joins get NOT_COORDINATOR), wake parked
@@ -38,6 +39,7 @@ from tierlog.console import ConsoleServer
 from tierlog.coordinator.group.consumer_group import ConsumerGroupConfig
 from tierlog.coordinator.group.group_config import GroupConfigBounds, validate_group_config
 from tierlog.coordinator.group.group_coordinator import GroupCoordinator
+from tierlog.coordinator.transaction import TRANSACTION_STATE_TOPIC_NAME, TransactionCoordinator
 from tierlog.errors import ConfigError, TierlogError
 from tierlog.log.cleaner_metrics import register_cleaner_metrics
 from tierlog.log.file_handle_cache import file_handle_cache
@@ -65,6 +67,8 @@ from tierlog.server.remote_log_metadata_publisher import (
 )
 from tierlog.server.replica_manager import GROUP_METADATA_TOPIC_NAME, ReplicaManager
 from tierlog.server.tiered_storage import TieredStorage, open_remote_storage
+from tierlog.server.txn_marker_sender import TxnMarkerSender
+from tierlog.server.txn_state_topic import coordinator_follows, load_local_transaction_state
 
 if TYPE_CHECKING:
     from tierlog.cluster.cluster_link import PartitionChange
@@ -89,6 +93,8 @@ class Broker:
         self.log_manager: LogManager | None = None
         self.replica_manager: ReplicaManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
+        self.txn_coordinator: TransactionCoordinator | None = None
+        self._txn_marker_sender: TxnMarkerSender | None = None
         self.apis: KafkaApis | None = None
         self.server: SocketServer | None = None
         self.tiered: TieredStorage | None = None
@@ -247,17 +253,18 @@ class Broker:
 
             admin = ZkAdminManager(zk_broker, c.log_config())
         client_quotas = await self._start_client_quotas(c)
+        producer_ids = ProducerIdManager(
+            c.log_dirs[0],
+            allocate_block=None
+            if self.zk is None
+            else functools.partial(self.zk.allocate_producer_id_block, c.node_id),
+        )
         self.apis = KafkaApis(
             config=c,
             log_manager=lm,
             replica_manager=rm,
             group_coordinator=gc,
-            producer_id_manager=ProducerIdManager(
-                c.log_dirs[0],
-                allocate_block=None
-                if self.zk is None
-                else functools.partial(self.zk.allocate_producer_id_block, c.node_id),
-            ),
+            producer_id_manager=producer_ids,
             endpoint=endpoint,
             cluster_id=lm.cluster_id,
             tiered=tiered,
@@ -268,7 +275,9 @@ class Broker:
             authorizer=authorizer,
             client_quotas=client_quotas,
         )
+        tc = self._start_transaction_coordinator(self.apis, zk_broker)
         if zk_broker is not None:
+            zk_broker.on_partition_change(functools.partial(coordinator_follows, tc))
             await self._join_cluster(zk_broker, rm, gc)
         if c.console_listener is not None:
             await self._start_console(c.console_listener, endpoints, authorizer)
@@ -315,6 +324,38 @@ class Broker:
 
             zk_store.watch(reload)
         return quotas
+
+    def _start_transaction_coordinator(
+        self, apis: KafkaApis, zk_broker: ZkBroker | None
+    ) -> TransactionCoordinator:
+        """The transaction coordinator: markers through the replica manager (and
+        WriteTxnMarkers in a cluster); transactional offsets reach the group coordinator
+        through the replica manager's completion listeners; transactional produces are
+        checked against it (KIP-890). A single node loads ``__transaction_state`` now if it
+        exists (else it is created on first use)."""
+        c = self.config
+        rm, gc = apis.replica_manager, apis.group_coordinator
+        sender = TxnMarkerSender(rm, apis.log_manager, c.node_id, zk_broker)
+        self._txn_marker_sender = sender
+        tc = TransactionCoordinator(
+            OffsetStore(rm, TRANSACTION_STATE_TOPIC_NAME),
+            sender,
+            apis.producer_id_manager.generate_producer_id,
+            transaction_topic_partition_count=c.transaction_state_log_num_partitions,
+            transaction_max_timeout_ms=c.transaction_max_timeout_ms,
+            transactional_id_expiration_ms=c.transactional_id_expiration_ms,
+            abort_timed_out_interval_ms=c.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+            remove_expired_interval_ms=c.transaction_remove_expired_transaction_cleanup_interval_ms,
+        )
+        tc.start()
+        self.txn_coordinator = tc
+        apis.txn_coordinator = tc
+        if gc is not None:
+            rm.txn_completion_listeners.append(gc.on_transaction_completed)
+        rm.txn_verifier = tc.verify_transactional_produce
+        if zk_broker is None:
+            load_local_transaction_state(apis, tc)
+        return tc
 
     def _start_metrics(self, c: KafkaConfig) -> BrokerMetrics:
         """Serve ``/metrics`` on ``metrics.port`` (the first listener's host, else loopback)
@@ -680,6 +721,13 @@ class Broker:
             await self.console.stop()
         if self.server is not None:
             await self.server.stop()
+        if self.txn_coordinator is not None:
+            try:
+                await asyncio.wait_for(self.txn_coordinator.stop(), 10)
+            except Exception:
+                log.exception("transaction coordinator stop failed")
+        if self._txn_marker_sender is not None:
+            await self._txn_marker_sender.close()
         if self.group_coordinator is not None:
             try:
                 await asyncio.wait_for(self.group_coordinator.stop(), 10)

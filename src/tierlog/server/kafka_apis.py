@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from tierlog.cluster.zk_admin import ZkAdminManager
     from tierlog.cluster.zk_broker import ZkBroker
     from tierlog.coordinator.group.group_coordinator import GroupCoordinator
+    from tierlog.coordinator.transaction import TransactionCoordinator
     from tierlog.log.log_config import LogConfig
     from tierlog.log.log_manager import LogManager
     from tierlog.security.acl_checks import BrokerAuthorizer
@@ -164,6 +165,9 @@ class KafkaApis:
         self.log_manager = log_manager
         self.replica_manager = replica_manager
         self.group_coordinator = group_coordinator
+        #: The transaction coordinator (None: transactional ids are answered
+        #: COORDINATOR_NOT_AVAILABLE); set by the broker after construction.
+        self.txn_coordinator: TransactionCoordinator | None = None
         self.producer_id_manager = producer_id_manager
         self._default_endpoint = endpoint
         #: This node as each listener advertises it (Metadata answers with the address of the

@@ -199,7 +199,6 @@ def _assignors(v: Any) -> str | None:
 
 
 _SINGLE = "tierlog is a single node"
-_NO_TXN = "no transactions"
 _NO_PLUGIN = "the built-in plugins are configured by rsm.config.* and rlmm.config.*"
 
 # fmt: off
@@ -334,12 +333,26 @@ _BROKER_ONLY: tuple[BrokerConfigDef, ...] = (
        "segment.bytes of __consumer_offsets."),
     _d("offsets.retention.minutes", "int", 10_080, _min(1),
        "Committed offsets of an empty group expire after this."),
-    # --- transactions and share groups (out of scope)
-    _ignored("transaction.state.log.replication.factor", "short", 3, _min(1), _NO_TXN),
-    _ignored("transaction.state.log.min.isr", "int", 2, _min(1), _NO_TXN),
-    _ignored("transaction.state.log.num.partitions", "int", 50, _min(1), _NO_TXN),
-    _ignored("transaction.state.log.segment.bytes", "int", 104_857_600, _min(1), _NO_TXN),
-    _ignored("transaction.state.log.load.buffer.size", "int", 5_242_880, _min(1), _NO_TXN),
+    # --- transactions (the transaction coordinator and __transaction_state)
+    _d("transaction.state.log.replication.factor", "short", 3, _min(1),
+       "Replication factor of __transaction_state (capped by the live brokers when created)."),
+    _d("transaction.state.log.min.isr", "int", 2, _min(1),
+       "min.insync.replicas of __transaction_state."),
+    _d("transaction.state.log.num.partitions", "int", 50, _min(1),
+       "Partitions of __transaction_state (fixed once created)."),
+    _d("transaction.state.log.segment.bytes", "int", 104_857_600, _min(1),
+       "segment.bytes of __transaction_state."),
+    _ignored("transaction.state.log.load.buffer.size", "int", 5_242_880, _min(1),
+             "loads read the log in 1 MiB chunks"),
+    _d("transaction.max.timeout.ms", "int", 900_000, _min(1),
+       "Largest transaction.timeout.ms a producer may ask for (INVALID_TRANSACTION_TIMEOUT)."),
+    _d("transactional.id.expiration.ms", "int", 604_800_000, _min(1),
+       "A transactional id idle this long (no transaction) is removed."),
+    _d("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10_000, _min(1),
+       "How often transactions open past their timeout are looked for and aborted."),
+    _d("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3_600_000, _min(1),
+       "How often expired transactional ids are removed."),
+    # --- share groups (out of scope)
     _ignored("share.coordinator.state.topic.replication.factor", "short", 3, _min(1), _SINGLE),
     _ignored("share.coordinator.state.topic.min.isr", "short", 2, _min(1), _SINGLE),
     # --- tiered storage (KIP-405)
@@ -680,6 +693,21 @@ class KafkaConfig:
         self.offsets_topic_num_partitions: int = get("offsets.topic.num.partitions")
         self.offsets_topic_segment_bytes: int = get("offsets.topic.segment.bytes")
         self.offsets_retention_ms: int = int(get("offsets.retention.minutes")) * 60_000
+        # transactions
+        self.transaction_state_log_num_partitions: int = get("transaction.state.log.num.partitions")
+        self.transaction_state_log_replication_factor: int = get(
+            "transaction.state.log.replication.factor"
+        )
+        self.transaction_state_log_min_isr: int = get("transaction.state.log.min.isr")
+        self.transaction_state_log_segment_bytes: int = get("transaction.state.log.segment.bytes")
+        self.transaction_max_timeout_ms: int = get("transaction.max.timeout.ms")
+        self.transactional_id_expiration_ms: int = get("transactional.id.expiration.ms")
+        self.transaction_abort_timed_out_transaction_cleanup_interval_ms: int = get(
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms"
+        )
+        self.transaction_remove_expired_transaction_cleanup_interval_ms: int = get(
+            "transaction.remove.expired.transaction.cleanup.interval.ms"
+        )
 
         # tiered storage
         self.remote_log_storage_system_enable: bool = get("remote.log.storage.system.enable")

@@ -83,7 +83,9 @@ def _now_ms() -> int:
 
 #: Internal topics that clients may read but never produce to.
 GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
-INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC_NAME, "__remote_log_metadata"})
+INTERNAL_TOPICS = frozenset(
+    {GROUP_METADATA_TOPIC_NAME, "__remote_log_metadata", "__transaction_state"}
+)
 
 #: (transactional id, producer id, producer epoch, topic, partition) -> error code.
 TxnVerifier = Callable[[str, int, int, str, int], Awaitable[int]]

@@ -15,6 +15,13 @@ serialized by a lock and their in-memory effect is applied under it, so memory a
 the order of the log. Loading a partition replays it, last writer wins per key (tombstones
 delete).
 
+Transactional offset commits (TxnOffsetCommit, Kafka's ``storeOffsets`` with a producer id):
+the records go to the log as a transactional batch of the producer and wait, per producer id,
+in a pending table; the transaction coordinator's COMMIT marker on the partition makes them the
+group's committed offsets (:meth:`GroupMetadataManager.handle_txn_completion`), an ABORT drops
+them. A load does the same with the batches it replays: transactional records wait for their
+producer's control batch.
+
 Ownership: on a single node every partition is loaded at startup and owned (``None``); in a
 cluster a partition is loaded when this broker becomes its leader
 (:meth:`GroupMetadataManager.schedule_load_group_and_offsets`) and its groups are dropped when
@@ -52,7 +59,12 @@ from tierlog.coordinator.group.group_records import (
     OffsetCommitValue,
     decode_key,
 )
-from tierlog.coordinator.offset_store import OffsetStore, Record
+from tierlog.coordinator.offset_store import (
+    CONTROL_TYPE_COMMIT,
+    OffsetStore,
+    Record,
+    StoredBatch,
+)
 from tierlog.errors import (
     ApiError,
     CoordinatorLoadInProgress,
@@ -164,6 +176,10 @@ class GroupMetadataManager:
         #: node); in a cluster those this broker leads, loaded on election.
         self._owned: set[int] | None = None
         self._loading: set[int] = set()
+        #: Transactional offsets awaiting their producer's marker:
+        #: producer id -> group id -> (topic, partition) -> offset (Kafka's
+        #: pendingTransactionalOffsetCommits and openGroupsForProducer).
+        self._pending_txn: dict[int, dict[str, dict[TopicPartition, CommittedOffset]]] = {}
 
     # ================================================================== lifecycle
 
@@ -225,6 +241,9 @@ class GroupMetadataManager:
             on_group_unloaded(self._groups.pop(group_id))
         for group_id in [g for g in self.consumer_groups if self.partition_for(g) == partition]:
             self.on_consumer_group_unloaded(self.consumer_groups.pop(group_id))
+        for by_group in self._pending_txn.values():
+            for group_id in [g for g in by_group if self.partition_for(g) == partition]:
+                del by_group[group_id]
         log.info("group coordinator: unloaded __consumer_offsets-%d", partition)
 
     # ================================================================== ownership
@@ -352,6 +371,73 @@ class GroupMetadataManager:
                 code = self.storage_error(exc, commit=True)
             results.update(dict.fromkeys(valid, code))
         return {tp: results[tp] for tp in offsets}
+
+    async def store_txn_offsets(
+        self,
+        group: GroupMetadata,
+        producer_id: int,
+        producer_epoch: int,
+        offsets: dict[TopicPartition, tuple[int, int, str | None]],
+    ) -> dict[TopicPartition, int]:
+        """TxnOffsetCommit: store offsets in the producer's transaction (a transactional
+        batch); they become committed when the transaction commits. An error code per
+        partition, as :meth:`store_offsets`."""
+        now = self._time_ms()
+        results: dict[TopicPartition, int] = {}
+        valid: dict[TopicPartition, CommittedOffset] = {}
+        records: list[Record] = []
+        for tp, (offset, leader_epoch, metadata) in offsets.items():
+            md = metadata or ""
+            if _java_length(md) > self._metadata_max:
+                results[tp] = OffsetMetadataTooLarge.error_code
+                continue
+            valid[tp] = CommittedOffset(offset, leader_epoch, md, now)
+            key = OffsetCommitKey(group.group_id, tp[0], tp[1]).encode()
+            records.append((key, OffsetCommitValue(offset, leader_epoch, md, now).encode()))
+        if records:
+
+            def pend() -> None:
+                by_group = self._pending_txn.setdefault(producer_id, {})
+                by_group.setdefault(group.group_id, {}).update(valid)
+
+            try:
+                await self._append(
+                    self.partition_for(group.group_id),
+                    records,
+                    pend,
+                    producer_id=producer_id,
+                    producer_epoch=producer_epoch,
+                )
+                code = 0
+            except Exception as exc:
+                code = self.storage_error(exc, commit=True)
+            results.update(dict.fromkeys(valid, code))
+        return {tp: results[tp] for tp in offsets}
+
+    def handle_txn_completion(self, producer_id: int, partitions: list[int], commit: bool) -> None:
+        """The producer's marker is on these ``__consumer_offsets`` partitions: its pending
+        offsets of the groups there become committed (``commit``) or are dropped (Kafka's
+        GroupCoordinator.onTransactionCompleted)."""
+        by_group = self._pending_txn.get(producer_id)
+        if not by_group:
+            return
+        wanted = set(partitions)
+        for group_id in [g for g in by_group if self.partition_for(g) in wanted]:
+            pending = by_group.pop(group_id)
+            group = self._groups.get(group_id)
+            if not commit:
+                continue
+            if group is None:
+                group = self.add_group(group_id)
+            if not group.is_(_DEAD):
+                group.offsets.update(pending)
+        if not by_group:
+            del self._pending_txn[producer_id]
+
+    def has_pending_txn_offsets(self, group_id: str, tp: TopicPartition) -> bool:
+        """Whether an open transaction holds an offset of the group's partition (OffsetFetch
+        with require_stable answers UNSTABLE_OFFSET_COMMIT then)."""
+        return any(tp in by_group.get(group_id, ()) for by_group in self._pending_txn.values())
 
     def fetch_offsets(
         self,
@@ -568,37 +654,21 @@ class GroupMetadataManager:
         metadata: dict[str, GroupMetadataValue] = {}
         seen: dict[str, None] = {}  # group ids in first-seen order
         consumer: dict[str, ConsumerGroup] = {}
-        for key_bytes, value_bytes in self._store.replay(partition):
-            try:
-                key = decode_key(key_bytes)
-                if key is None:
-                    ckey = decode_consumer_group_key(key_bytes)
-                    if ckey is not None:
-                        seen.setdefault(ckey.group_id)
-                        cg = consumer.get(ckey.group_id)
-                        if cg is None:
-                            cg = consumer[ckey.group_id] = ConsumerGroup(ckey.group_id)
-                        cg.replay(ckey, value_bytes)
-                    continue
-                if isinstance(key, OffsetCommitKey):
-                    seen.setdefault(key.group)
-                    group_offsets = offsets.setdefault(key.group, {})
-                    tp = (key.topic, key.partition)
-                    if value_bytes is None:
-                        group_offsets.pop(tp, None)
-                    else:
-                        v = OffsetCommitValue.decode(value_bytes)
-                        group_offsets[tp] = CommittedOffset(
-                            v.offset, v.leader_epoch, v.metadata, v.commit_timestamp
-                        )
-                elif isinstance(key, GroupMetadataKey):
-                    seen.setdefault(key.group)
-                    if value_bytes is None:
-                        metadata.pop(key.group, None)
-                    else:
-                        metadata[key.group] = GroupMetadataValue.decode(value_bytes)
-            except LocalProtocolError as exc:
-                log.warning("__consumer_offsets-%d: skipping bad record: %s", partition, exc)
+        # producer id -> its transactional offsets not yet ended by a marker
+        pending: dict[int, dict[str, dict[TopicPartition, CommittedOffset]]] = {}
+        for batch in self._store.replay_batches(partition):
+            if batch.control_type is not None:
+                ended = pending.pop(batch.producer_id, {})
+                if batch.control_type == CONTROL_TYPE_COMMIT:
+                    for group_id, tps in ended.items():
+                        seen.setdefault(group_id)
+                        offsets.setdefault(group_id, {}).update(tps)
+                continue
+            self._load_batch(partition, batch, offsets, metadata, seen, pending, consumer)
+        for producer_id, by_group in pending.items():
+            self._pending_txn.setdefault(producer_id, {}).update(by_group)
+            for group_id in by_group:
+                seen.setdefault(group_id)
         topics = self.topics() if consumer else {}
         for group_id in seen:
             value = metadata.get(group_id)
@@ -620,6 +690,55 @@ class GroupMetadataManager:
             group.offsets = group_offsets
             self._groups[group_id] = group
             on_group_loaded(group)
+
+    def _load_batch(
+        self,
+        partition: int,
+        batch: StoredBatch,
+        offsets: dict[str, dict[TopicPartition, CommittedOffset]],
+        metadata: dict[str, GroupMetadataValue],
+        seen: dict[str, None],
+        pending: dict[int, dict[str, dict[TopicPartition, CommittedOffset]]],
+        consumer: dict[str, ConsumerGroup],
+    ) -> None:
+        for key_bytes, value_bytes in batch.records:
+            try:
+                key = decode_key(key_bytes)
+                if key is None:
+                    ckey = decode_consumer_group_key(key_bytes)
+                    if ckey is not None:
+                        seen.setdefault(ckey.group_id)
+                        cg = consumer.get(ckey.group_id)
+                        if cg is None:
+                            cg = consumer[ckey.group_id] = ConsumerGroup(ckey.group_id)
+                        cg.replay(ckey, value_bytes)
+                    continue
+                if isinstance(key, OffsetCommitKey):
+                    tp = (key.topic, key.partition)
+                    if batch.is_transactional and value_bytes is not None:
+                        v = OffsetCommitValue.decode(value_bytes)
+                        by_group = pending.setdefault(batch.producer_id, {})
+                        by_group.setdefault(key.group, {})[tp] = CommittedOffset(
+                            v.offset, v.leader_epoch, v.metadata, v.commit_timestamp
+                        )
+                        continue
+                    seen.setdefault(key.group)
+                    group_offsets = offsets.setdefault(key.group, {})
+                    if value_bytes is None:
+                        group_offsets.pop(tp, None)
+                    else:
+                        v = OffsetCommitValue.decode(value_bytes)
+                        group_offsets[tp] = CommittedOffset(
+                            v.offset, v.leader_epoch, v.metadata, v.commit_timestamp
+                        )
+                elif isinstance(key, GroupMetadataKey):
+                    seen.setdefault(key.group)
+                    if value_bytes is None:
+                        metadata.pop(key.group, None)
+                    else:
+                        metadata[key.group] = GroupMetadataValue.decode(value_bytes)
+            except LocalProtocolError as exc:
+                log.warning("__consumer_offsets-%d: skipping bad record: %s", partition, exc)
 
     def store_group(
         self, group: GroupMetadata, assignment: dict[str, bytes]
@@ -649,21 +768,43 @@ class GroupMetadataManager:
         return CoordinatorNotAvailable.error_code
 
     def _append(
-        self, partition: int, records: list[Record], apply: Callable[[], None] | None = None
+        self,
+        partition: int,
+        records: list[Record],
+        apply: Callable[[], None] | None = None,
+        *,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
     ) -> asyncio.Future[None]:
         """Append under the partition's lock and run ``apply`` right after, in log order.
         The append is queued now (appends of a partition happen in call order); awaiting the
         result is shielded: a cancelled request does not cancel a half-done append."""
-        return asyncio.shield(self._spawn(self._append_locked(partition, records, apply)))
+        return asyncio.shield(
+            self._spawn(self._append_locked(partition, records, apply, producer_id, producer_epoch))
+        )
 
     async def _append_locked(
-        self, partition: int, records: list[Record], apply: Callable[[], None] | None
+        self,
+        partition: int,
+        records: list[Record],
+        apply: Callable[[], None] | None,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
     ) -> None:
         lock = self._locks.get(partition)
         if lock is None:
             lock = self._locks[partition] = asyncio.Lock()
         async with lock:
-            await self._store.append(partition, records)
+            if producer_id >= 0:
+                await self._store.append(
+                    partition,
+                    records,
+                    producer_id=producer_id,
+                    producer_epoch=producer_epoch,
+                    transactional=True,
+                )
+            else:
+                await self._store.append(partition, records)
             if apply is not None:
                 apply()
 

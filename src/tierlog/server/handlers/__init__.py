@@ -22,6 +22,7 @@ from tierlog.server.handlers import (
     producer,
     replication,
     security,
+    transactions,
     txn_markers,
 )
 
@@ -47,7 +48,11 @@ HANDLERS: Mapping[int, Callable[[Any, Any], Any]] = MappingProxyType(
         21: admin.handle_delete_records,
         22: producer.handle_init_producer_id,
         23: replication.handle_offset_for_leader_epoch,
+        24: transactions.handle_add_partitions_to_txn,
+        25: transactions.handle_add_offsets_to_txn,
+        26: transactions.handle_end_txn,
         27: txn_markers.handle_write_txn_markers,
+        28: transactions.handle_txn_offset_commit,
         29: acls.handle_describe_acls,
         30: acls.handle_create_acls,
         31: acls.handle_delete_acls,
@@ -70,6 +75,8 @@ HANDLERS: Mapping[int, Callable[[Any, Any], Any]] = MappingProxyType(
         68: consumer_group.handle_consumer_group_heartbeat,
         69: consumer_group.handle_consumer_group_describe,
         61: producer.handle_describe_producers,
+        65: transactions.handle_describe_transactions,
+        66: transactions.handle_list_transactions,
     }
 )
 
