@@ -562,6 +562,12 @@ class BrokerNotAvailableError(TierlogError, ConnectionError):
         self.port = port
 
 
+class BrokerAuthenticationError(BrokerNotAvailableError):
+    """Another broker refused this broker's SASL login (a wrong inter-broker password, a user
+    it does not know, a mechanism it does not enable). The message names the user, the
+    mechanism and the peer's reason; the connection is closed."""
+
+
 class BrokerRequestTimeoutError(BrokerNotAvailableError, TimeoutError):
     """A request to another broker got no response in time; the connection was closed (as
     Kafka's NetworkClient disconnects on a request timeout), failing the other requests."""

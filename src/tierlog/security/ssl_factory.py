@@ -134,6 +134,34 @@ class SslFactory:
             self._load_truststore(ctx)
         return ctx
 
+    def create_client_context(self) -> ssl.SSLContext:
+        """A client context (a broker connecting to another, a client command): the trust
+        store the server's certificate must chain to (the system's CAs without one), the key
+        store when one is set (a client certificate for mTLS), protocol versions and suites,
+        and the host name checked unless ``ssl.endpoint.identification.algorithm`` is empty.
+
+        Raises:
+            ConfigError: as :meth:`create_server_context`.
+        """
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        versions = sorted(_VERSIONS[v] for v in self._get("ssl.enabled.protocols"))
+        if not versions:
+            raise ConfigError(self._key("ssl.enabled.protocols"), "enables no TLS version")
+        ctx.minimum_version, ctx.maximum_version = versions[0], versions[-1]
+        self._set_ciphers(ctx)
+        if any(self._get(k) is not None for k in ("ssl.keystore.location", "ssl.keystore.key")):
+            self._load_keystore(ctx)
+        algorithm = str(self._get("ssl.endpoint.identification.algorithm") or "").strip()
+        ctx.check_hostname = algorithm.lower() == "https"
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        if self._get("ssl.truststore.location") is None and (
+            self._get("ssl.truststore.certificates") is None
+        ):
+            ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
+        else:
+            self._load_truststore(ctx)
+        return ctx
+
     # ----------------------------------------------------------------- key store
 
     def _load_keystore(self, ctx: ssl.SSLContext) -> None:

@@ -35,7 +35,8 @@ from tierlog.log.log_manager import LogManager
 from tierlog.log.meta_properties import new_cluster_id, stored_cluster_id
 from tierlog.protocol.api_versions import preload_schemas
 from tierlog.security.channel_builder import build_channel_builders
-from tierlog.security.credential_store import CredentialStore
+from tierlog.security.client_security import PLAINTEXT, ClientSecurity, inter_broker_security
+from tierlog.security.credential_store import CredentialStore, ScramCredentialStore
 from tierlog.security.principal import ANONYMOUS, KafkaPrincipal
 from tierlog.server.broker_metrics import BrokerMetrics
 from tierlog.server.kafka_apis import BrokerEndpoint, KafkaApis
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
     from tierlog.cluster.partition import Partition
     from tierlog.cluster.zk_broker import ZkBroker
     from tierlog.security.acl_checks import BrokerAuthorizer
+    from tierlog.security.zk_credential_store import ZkCredentialStore
 
 __all__ = ["Broker", "main", "run"]
 
@@ -81,6 +83,8 @@ class Broker:
         self._isr_task: asyncio.Task[None] | None = None
         self._hw_task: asyncio.Task[None] | None = None
         self.bound: list[tuple[str, int]] = []
+        self._inter_broker_security: ClientSecurity = PLAINTEXT
+        self._zk_credentials: ZkCredentialStore | None = None
         self._stopped = asyncio.Event()
         self._shutting_down = False
 
@@ -94,8 +98,20 @@ class Broker:
         c = self.config
         t0 = time.monotonic()
         # TLS stores and JAAS first: a bad one stops the broker before any log is touched.
-        credentials = CredentialStore.in_log_dir(c.log_dirs[0])
+        # SCRAM credentials: a file on one node; ZooKeeper's /config/users in a cluster
+        # (read once the session is up, before the listeners open).
+        credentials: ScramCredentialStore
+        zk_credentials = None
+        if c.zookeeper_connect is None:
+            credentials = CredentialStore.in_log_dir(c.log_dirs[0])
+        else:
+            from tierlog.security.zk_credential_store import ZkCredentialStore
+
+            credentials = zk_credentials = ZkCredentialStore()
         channels = build_channel_builders(c, credentials)
+        if c.zookeeper_connect is not None:
+            # this broker's own login to the others (inter.broker.listener.name)
+            self._inter_broker_security = inter_broker_security(c)
         _budget_open_files(c.log_max_open_files)
         if c.metrics_port:  # unset or 0: no endpoint (as before the broker served it)
             # Before any part registers its collectors; a taken port fails startup here.
@@ -103,6 +119,9 @@ class Broker:
         cluster_id = None
         if c.zookeeper_connect is not None:
             cluster_id = await self._connect_zookeeper()
+            if zk_credentials is not None and self.zk is not None:
+                await asyncio.to_thread(zk_credentials.start, self.zk)
+                self._zk_credentials = zk_credentials
         lm = LogManager(
             c.log_dirs,
             c.log_config(),
@@ -347,7 +366,9 @@ class Broker:
             node,
             inter_broker_listener=c.inter_broker_listener_name,
             fetcher_config=fetcher_config,
-            client_factory=lambda: BrokerClient(f"tierlog-broker-{node}-fetcher"),
+            client_factory=lambda: BrokerClient(
+                f"tierlog-broker-{node}-fetcher", security=self._inter_broker_security
+            ),
             loop=asyncio.get_running_loop(),
         )
         self.zk_broker = zk_broker
@@ -496,6 +517,8 @@ class Broker:
             await asyncio.to_thread(self.log_manager.shutdown)
         if self.metrics is not None:
             self.metrics.close()
+        if self._zk_credentials is not None:
+            self._zk_credentials.close()
         if self.zk is not None:
             # Last: closing the session removes the registration, which tells the controller.
             await asyncio.to_thread(self.zk.close)

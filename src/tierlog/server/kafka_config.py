@@ -546,6 +546,22 @@ class KafkaConfig:
                         f"{e} uses the non-routable meta-address {e.host}",
                     )
         ibl = get("inter.broker.listener.name")
+        if ibl is not None and "security.inter.broker.protocol" in values:
+            # Kafka: "Only one of inter.broker.listener.name and security.inter.broker.protocol
+            # should be set."
+            raise ConfigError(
+                "security.inter.broker.protocol",
+                "set inter.broker.listener.name or security.inter.broker.protocol, not both",
+            )
+        if ibl is None and "security.inter.broker.protocol" in values:
+            # Kafka's way: the listener named after the protocol
+            ibl = str(get("security.inter.broker.protocol")).upper()
+            if ibl not in {e.listener_name for e in self.listeners}:
+                raise ConfigError(
+                    "security.inter.broker.protocol",
+                    f"no listener is named {ibl} (the inter-broker listener is the one named "
+                    "after the protocol; or set inter.broker.listener.name)",
+                )
         if ibl is not None and ibl.upper() not in {e.listener_name for e in self.listeners}:
             raise ConfigError("inter.broker.listener.name", f"{ibl!r} is not one of the listeners")
         self.socket_request_max_bytes: int = get("socket.request.max.bytes")
