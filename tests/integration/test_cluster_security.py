@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 import uuid
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,15 +50,26 @@ class SaslSslBroker(ClusterBroker):
 
 
 def _security_overrides(pki: Pki, password: str = BROKER_PASSWORD) -> list[str]:
+    """No secret in the overrides: the key store password comes from a file through Kafka's
+    FileConfigProvider, the inter-broker password from a file through the DirectoryConfigProvider
+    (KIP-297)."""
+    secrets = pki.ca.parent / f"secrets-{zlib.crc32(password.encode())}"
+    secrets.mkdir(exist_ok=True)
+    (secrets / "broker.properties").write_text(f"keystore.password={KEYSTORE_PASSWORD}\n")
+    (secrets / "inter-broker-password").write_text(password)
+    provider = "org.apache.kafka.common.config.provider."
     return [
+        "config.providers=file,dir",
+        f"config.providers.file.class={provider}FileConfigProvider",
+        f"config.providers.dir.class={provider}DirectoryConfigProvider",
         "security.inter.broker.protocol=SASL_SSL",  # the listener named SASL_SSL, Kafka's way
         "sasl.enabled.mechanisms=SCRAM-SHA-256",
         "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-256",
         "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config="
-        + SCRAM_JAAS.format(user=BROKER_USER, password=password),
+        + SCRAM_JAAS.format(user=BROKER_USER, password=f"${{dir:{secrets}:inter-broker-password}}"),
         "ssl.keystore.type=PKCS12",
         f"ssl.keystore.location={pki.server_p12}",
-        f"ssl.keystore.password={KEYSTORE_PASSWORD}",
+        f"ssl.keystore.password=${{file:{secrets}/broker.properties:keystore.password}}",
         "ssl.truststore.type=PEM",
         f"ssl.truststore.location={pki.ca}",
         "connection.failed.authentication.delay.ms=50",
@@ -168,7 +180,11 @@ def test_replication_over_sasl_ssl(secure_cluster: Cluster, pki: Pki) -> None:
     )  # fmt: skip
     assert sorted(m.value() for m in got) == sorted(values)
     for b in c.brokers.values():
+        # no secret on the command line (config providers), none in the log
+        given = " ".join(b.started_overrides)
+        assert BROKER_PASSWORD not in given and KEYSTORE_PASSWORD not in given
         log = b.log_since_start()
+        assert BROKER_PASSWORD not in log and KEYSTORE_PASSWORD not in log
         assert "authenticated as User:broker (SASL SCRAM-SHA-256)" in log, b.tail()
         assert "authentication as broker" not in log  # no failed inter-broker login
 

@@ -49,6 +49,7 @@ from tierlog.server.config_def import define as _d
 from tierlog.server.config_def import format_config_value as _format
 from tierlog.server.config_def import ignored as _ignored
 from tierlog.server.config_def import parse_config_value as _parse_value
+from tierlog.server.config_providers import resolve_config_providers
 
 if TYPE_CHECKING:
     from tierlog.log.log_cleaner import CleanerConfig
@@ -464,17 +465,20 @@ class KafkaConfig:
             ConfigError: an unknown key, or a value that does not parse or validate.
         """
         self.originals: dict[str, str] = dict(props)
-        rsm_prefix = self.originals.get(
+        # ${provider:path:key} references resolved (config.providers, KIP-297); originals
+        # keep them as written, so no resolved secret shows in repr or DescribeConfigs.
+        self._resolved = resolve_config_providers(self.originals)
+        rsm_prefix = self._resolved.get(
             "remote.log.storage.manager.impl.prefix", RSM_CONFIG_PREFIX
         ).strip()
-        rlmm_prefix = self.originals.get(
+        rlmm_prefix = self._resolved.get(
             "remote.log.metadata.manager.impl.prefix", RLMM_CONFIG_PREFIX
         ).strip()
         self.rsm_config: dict[str, str] = {}
         self.rlmm_config: dict[str, str] = {}
         values: dict[str, Any] = {}
         per_listener: dict[str, dict[str, Any]] = {}
-        for key, raw in self.originals.items():
+        for key, raw in self._resolved.items():
             if rsm_prefix and key.startswith(rsm_prefix) and len(key) > len(rsm_prefix):
                 self.rsm_config[key[len(rsm_prefix) :]] = raw.strip()
                 continue
@@ -917,7 +921,7 @@ class KafkaConfig:
                     props[name] = str(self._effective_ms[name])
                     _parse_value(d, props[name])  # a value folded from hours must validate too
             elif name in self._values:
-                props[name] = self.originals[name]
+                props[name] = self._resolved[name]
         return props
 
 

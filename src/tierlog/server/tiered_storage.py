@@ -251,6 +251,8 @@ class TieredStorage:
         )
         rsm_config = default_rsm_config(c.rsm_config)
         self.rsm = PyArrowRemoteStorageManager.from_config(rsm_config)
+        if self.rsm.credentials_source is not None:
+            log.info("remote storage S3 credentials from %s", self.rsm.credentials_source)
         self.publisher = LogMetadataPublisher(self.log_manager, on_append=self._metadata_appended)
         self.rlmm = TopicBasedRemoteLogMetadataManager(
             self.publisher,

@@ -13,10 +13,11 @@ when its (multipart) upload completes; on every other filesystem (local, HDFS) w
 Remote requests: :meth:`fetch_indexes` reads the whole ``.indexes`` object with one GET;
 :meth:`fetch_log_segment` reads one byte range of the ``.log`` object with one ranged GET.
 pyarrow's S3 client would send a HEAD before every object read (its Python API cannot be
-given a known size), so on ``s3://`` with credentials (given, or ``AWS_ACCESS_KEY_ID`` /
-``AWS_SECRET_ACCESS_KEY``) reads go through :class:`S3RangedGetClient` -- one signed GET
-each -- and pyarrow keeps writes, deletes and listings. Without static credentials (instance
-roles, profiles) reads fall back to pyarrow: HEAD + GET.
+given a known size), so on ``s3://`` with static credentials (from the standard AWS chain,
+:mod:`aws_credentials`: the config, the environment, the shared credentials and config files
+with a profile) reads go through :class:`S3RangedGetClient` -- one signed GET each -- and
+pyarrow keeps writes, deletes and listings, with the same credentials. Without static
+credentials (instance roles) pyarrow's own chain is used and reads are HEAD + GET.
 
 Thread-safe: pyarrow filesystems are; the chunk-index cache has a lock.
 """
@@ -39,6 +40,7 @@ import pyarrow.fs as pafs
 
 from tierlog.errors import ConfigError
 from tierlog.tiered.remote_log_segment_metadata import RemoteLogSegmentMetadata
+from tierlog.tiered.storage.aws_credentials import resolve_aws_credentials
 from tierlog.tiered.storage.remote_storage_manager import (
     ALL_INDEX_TYPES,
     IndexType,
@@ -120,6 +122,7 @@ CONFIG_KEYS = (
     "s3.region",
     "s3.access.key",
     "s3.secret.key",
+    "s3.profile",
     "compression",
     "compression.chunk.size",
     "connect.timeout.ms",
@@ -134,8 +137,7 @@ def _s3_filesystem(
     *,
     endpoint: str | None,
     region: str | None,
-    access_key: str | None,
-    secret_key: str | None,
+    credentials: S3Credentials | None,
     connect_timeout: float,
     request_timeout: float,
     retry_attempts: int,
@@ -147,11 +149,11 @@ def _s3_filesystem(
     }
     if region:
         kwargs["region"] = region
-    if access_key is not None or secret_key is not None:
-        if not (access_key and secret_key):
-            raise ConfigError("s3.access.key", "s3.access.key and s3.secret.key go together")
-        kwargs["access_key"] = access_key
-        kwargs["secret_key"] = secret_key
+    if credentials is not None:
+        kwargs["access_key"] = credentials.access_key
+        kwargs["secret_key"] = credentials.secret_key
+        if credentials.session_token:
+            kwargs["session_token"] = credentials.session_token
     if endpoint:
         parsed = urlparse(endpoint if "://" in endpoint else f"https://{endpoint}")
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
@@ -183,6 +185,7 @@ class PyArrowRemoteStorageManager(RemoteStorageManager):
         region: str | None = None,
         access_key: str | None = None,
         secret_key: str | None = None,
+        profile: str | None = None,
         compression: str = "none",
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         connect_timeout: float = 5.0,
@@ -203,6 +206,8 @@ class PyArrowRemoteStorageManager(RemoteStorageManager):
         fs: pafs.FileSystem
         #: One signed GET per read on s3:// (None: pyarrow reads, HEAD + GET).
         self.s3_reader: S3RangedGetClient | None = None
+        #: Where the S3 credentials came from (None: not S3, or pyarrow's own chain).
+        self.credentials_source: str | None = None
         if filesystem is not None:
             fs, root = (
                 filesystem,
@@ -215,29 +220,30 @@ class PyArrowRemoteStorageManager(RemoteStorageManager):
         elif parsed.scheme == "s3":
             if not parsed.netloc:
                 raise ConfigError("uri", f"s3 URI needs a bucket: {uri!r}")
+            resolved = resolve_aws_credentials(
+                access_key=access_key, secret_key=secret_key, profile=profile
+            )
+            region = (
+                region
+                or os.environ.get("AWS_REGION")
+                or os.environ.get("AWS_DEFAULT_REGION")
+                or (resolved.region if resolved is not None else None)
+            )
+            self.credentials_source = resolved.source if resolved is not None else None
             fs = _s3_filesystem(
                 endpoint=endpoint,
                 region=region,
-                access_key=access_key,
-                secret_key=secret_key,
+                credentials=resolved.credentials if resolved is not None else None,
                 connect_timeout=connect_timeout,
                 request_timeout=request_timeout,
                 retry_attempts=retry_attempts,
             )
             root = parsed.netloc + parsed.path
-            credentials = (
-                S3Credentials(access_key, secret_key)
-                if access_key and secret_key
-                else S3Credentials.from_environment()
-            )
-            if credentials is not None:
+            if resolved is not None:
                 self.s3_reader = S3RangedGetClient(
                     endpoint=endpoint,
-                    region=region
-                    or os.environ.get("AWS_REGION")
-                    or os.environ.get("AWS_DEFAULT_REGION")
-                    or "us-east-1",
-                    credentials=credentials,
+                    region=region or "us-east-1",
+                    credentials=resolved.credentials,
                     connect_timeout=connect_timeout,
                     request_timeout=request_timeout,
                     retry_attempts=retry_attempts,
@@ -288,6 +294,7 @@ class PyArrowRemoteStorageManager(RemoteStorageManager):
             region=configs.get("s3.region"),
             access_key=configs.get("s3.access.key"),
             secret_key=configs.get("s3.secret.key"),
+            profile=configs.get("s3.profile"),
             compression=configs.get("compression", "none"),
             chunk_size=int(num("compression.chunk.size", DEFAULT_CHUNK_SIZE)),
             connect_timeout=num("connect.timeout.ms", 5000) / 1000,
