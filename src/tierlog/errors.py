@@ -512,6 +512,12 @@ class RemoteStorageError(TierlogError):
     """A remote storage operation failed (Kafka's RemoteStorageException)."""
 
 
+class RemoteDecryptionError(RemoteStorageError):
+    """A remote object cannot be decrypted: encrypted with another key, or an AES-GCM
+    authentication tag fails (the object was changed or moved), or it is encrypted and no key
+    is configured. Never retried into garbage: the read fails."""
+
+
 class RemoteResourceNotFoundError(RemoteStorageError):
     """The remote object does not exist (Kafka's RemoteResourceNotFoundException)."""
 
