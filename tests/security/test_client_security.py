@@ -233,3 +233,46 @@ def _defaults() -> dict[str, object]:
     from tierlog.security.security_config import SECURITY_CONFIGS
 
     return {d.name: d.default for d in SECURITY_CONFIGS}
+
+
+def test_librdkafka_names(pki: Pki) -> None:
+    from tierlog.security.client_security import librdkafka_config
+
+    java = {
+        "bootstrap.servers": "b:1",
+        "linger.ms": "5",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.jaas.config": SCRAM_JAAS,
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(pki.ca),
+    }
+    assert librdkafka_config(java) == {
+        "bootstrap.servers": "b:1",
+        "linger.ms": "5",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.username": "broker",
+        "sasl.password": "broker-secret",
+        "ssl.ca.location": str(pki.ca),
+        "ssl.endpoint.identification.algorithm": "https",
+    }
+    p12 = librdkafka_config(
+        {
+            "security.protocol": "SSL",
+            "ssl.truststore.location": str(pki.truststore_p12),
+            "ssl.truststore.password": KEYSTORE_PASSWORD,
+            "ssl.keystore.location": str(pki.server_p12),
+            "ssl.keystore.password": KEYSTORE_PASSWORD,
+            "ssl.endpoint.identification.algorithm": "",
+        }
+    )
+    assert p12["ssl.ca.pem"] == pki.ca.read_text()
+    assert p12["ssl.keystore.location"] == str(pki.server_p12)
+    assert p12["ssl.endpoint.identification.algorithm"] == "none"
+    # librdkafka's own names pass as they are
+    native = {"security.protocol": "SASL_SSL", "sasl.username": "a", "ssl.ca.location": "/x"}
+    assert librdkafka_config(native) == native
+    with pytest.raises(ConfigError, match="invalid JAAS") as e:
+        librdkafka_config({**java, "sasl.jaas.config": "x"}, prefix="kafka.")
+    assert e.value.key == "kafka.sasl.jaas.config"

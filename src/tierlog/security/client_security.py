@@ -46,7 +46,14 @@ from tierlog.security.ssl_factory import SslFactory
 if TYPE_CHECKING:
     from tierlog.server.kafka_config import KafkaConfig
 
-__all__ = ["PLAINTEXT", "ClientSecurity", "client_security", "inter_broker_security"]
+__all__ = [
+    "CLIENT_SECURITY_KEYS",
+    "PLAINTEXT",
+    "ClientSecurity",
+    "client_security",
+    "inter_broker_security",
+    "librdkafka_config",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +175,8 @@ _CLIENT_SSL_KEYS = (
     "ssl.endpoint.identification.algorithm",
 )
 _CLIENT_SASL_KEYS = ("sasl.mechanism", "sasl.jaas.config")
+#: The Kafka client keys :func:`client_security` reads (Spark's ``kafka.<key>`` options).
+CLIENT_SECURITY_KEYS = frozenset(("security.protocol", *_CLIENT_SASL_KEYS, *_CLIENT_SSL_KEYS))
 #: Java client keys that change nothing here (JVM plumbing, Kerberos, OAuth callbacks).
 _CLIENT_IGNORED_PREFIXES = (
     "ssl.keymanager.",
@@ -251,3 +260,79 @@ def mechanism_login_module(mechanism: str) -> str:
     if mechanism == "PLAIN":
         return "org.apache.kafka.common.security.plain.PlainLoginModule"
     return "org.apache.kafka.common.security.scram.ScramLoginModule"
+
+
+# ----------------------------------------------------------------- librdkafka's names
+
+#: Java client keys librdkafka does not have: their presence means "Java names, translate".
+_JAVA_ONLY = frozenset(
+    {
+        "sasl.jaas.config",
+        "ssl.truststore.location",
+        "ssl.truststore.type",
+        "ssl.truststore.password",
+        "ssl.truststore.certificates",
+        "ssl.keystore.type",
+        "ssl.keystore.key",
+        "ssl.keystore.certificate.chain",
+        "ssl.enabled.protocols",
+        "ssl.protocol",
+    }
+)
+
+
+def librdkafka_config(configs: Mapping[str, str], prefix: str = "") -> dict[str, str]:
+    """``configs`` for confluent-kafka (librdkafka): a Java client's security keys (as Spark's
+    Kafka sink and Kafka's tools take them: ``sasl.jaas.config``, ``ssl.truststore.*``, ...)
+    turned into librdkafka's (``sasl.username``/``sasl.password``, ``ssl.ca.location`` or
+    ``ssl.ca.pem``, ``ssl.keystore.*`` or ``ssl.certificate.location``/``ssl.key.location``,
+    ``ssl.endpoint.identification.algorithm`` https/none); every other key as given. Configs
+    without a Java-only key are librdkafka's already and pass unchanged.
+
+    Raises:
+        ConfigError: as :func:`client_security` (the keys named with ``prefix``).
+    """
+    if not _JAVA_ONLY & set(configs):
+        return dict(configs)
+    java = {k: v for k, v in configs.items() if k in CLIENT_SECURITY_KEYS}
+    out = {k: v for k, v in configs.items() if k not in CLIENT_SECURITY_KEYS}
+    sec = client_security(java, prefix)  # every check, with the Java key names
+    out["security.protocol"] = sec.security_protocol
+    if sec.uses_sasl:
+        assert sec.sasl_mechanism is not None
+        out["sasl.mechanism"] = sec.sasl_mechanism
+        out["sasl.username"] = sec.username or ""
+        out["sasl.password"] = sec.password or ""
+    if not sec.uses_ssl:
+        return out
+    values = {k: parse_security_value(k, str(v)) for k, v in java.items() if k in _CLIENT_SSL_KEYS}
+
+    def get(key: str) -> Any:
+        return values.get(key, security_default(key))
+
+    algorithm = str(get("ssl.endpoint.identification.algorithm") or "").strip().lower()
+    out["ssl.endpoint.identification.algorithm"] = "https" if algorithm == "https" else "none"
+    factory = SslFactory(_CLIENT, _ClientConfigs(values, prefix))
+    if get("ssl.truststore.certificates") is not None:
+        out["ssl.ca.pem"] = factory.truststore_pem()
+    elif get("ssl.truststore.location") is not None:
+        if str(get("ssl.truststore.type")).upper() == "PEM":
+            out["ssl.ca.location"] = str(get("ssl.truststore.location"))
+        else:
+            out["ssl.ca.pem"] = factory.truststore_pem()
+    location = get("ssl.keystore.location")
+    if location is not None:
+        if str(get("ssl.keystore.type")).upper() == "PEM":
+            out["ssl.certificate.location"] = out["ssl.key.location"] = str(location)
+            if get("ssl.key.password") is not None:
+                out["ssl.key.password"] = str(get("ssl.key.password"))
+        else:
+            out["ssl.keystore.location"] = str(location)
+            if get("ssl.keystore.password") is not None:
+                out["ssl.keystore.password"] = str(get("ssl.keystore.password"))
+    elif get("ssl.keystore.key") is not None:
+        out["ssl.key.pem"] = str(get("ssl.keystore.key"))
+        out["ssl.certificate.pem"] = str(get("ssl.keystore.certificate.chain"))
+        if get("ssl.key.password") is not None:
+            out["ssl.key.password"] = str(get("ssl.key.password"))
+    return out

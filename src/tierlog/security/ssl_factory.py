@@ -376,6 +376,30 @@ class SslFactory:
                 self._key(key), f"listener {self.listener}: no usable CA certificates ({e})"
             ) from None
 
+    def truststore_pem(self) -> str:
+        """The trust store's CA certificates as PEM text (for clients that take PEM only).
+
+        Raises:
+            ConfigError: an unreadable store or a wrong password.
+        """
+        inline = self._get("ssl.truststore.certificates")
+        if inline is not None:
+            return _pem_text(inline)
+        location = self._get("ssl.truststore.location")
+        if location is None:
+            raise ConfigError(self._key("ssl.truststore.location"), "is not set")
+        store_type = str(self._get("ssl.truststore.type")).upper()
+        if store_type == "JKS":
+            store_type = self._jks_as_pkcs12("ssl.truststore", location)
+        try:
+            if store_type == "PEM":
+                return Path(location).read_text()
+            return self._pkcs12_certificates(Path(location))
+        except OSError as e:
+            raise ConfigError(
+                self._key("ssl.truststore.location"), f"cannot read {location}: {e.strerror}"
+            ) from None
+
     def _pkcs12_certificates(self, path: Path) -> str:
         from cryptography.hazmat.primitives import serialization
         from cryptography.hazmat.primitives.serialization import pkcs12

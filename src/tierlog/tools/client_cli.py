@@ -16,8 +16,10 @@ Kafka protocol to a running broker through confluent-kafka (librdkafka) — no c
     tierlog groups describe g1
 
 Every command takes ``--bootstrap-server`` (default ``127.0.0.1:9092``, the embedded
-listener) and ``--command-config KEY=VALUE`` for extra librdkafka settings. Exit code 0 on
-success, 1 on a Kafka error, 2 on bad arguments.
+listener) and ``--command-config KEY=VALUE`` (or a properties file, as Kafka's tools) for extra
+client settings: librdkafka's, or the Java client's security keys as Spark's Kafka source takes
+them (``security.protocol``, ``sasl.mechanism``, ``sasl.jaas.config``, ``ssl.truststore.*``).
+Exit code 0 on success, 1 on a Kafka error, 2 on bad arguments.
 """
 
 from __future__ import annotations
@@ -55,20 +57,49 @@ def _common(p: argparse.ArgumentParser) -> None:
         "--command-config",
         action="append",
         default=[],
-        metavar="KEY=VALUE",
-        help="an extra librdkafka setting (repeatable)",
+        metavar="KEY=VALUE|FILE",
+        help="an extra client setting, or a properties file of them (repeatable): "
+        "librdkafka's, or the Java client's security keys (security.protocol, sasl.mechanism, "
+        "sasl.jaas.config, ssl.truststore.*, ssl.keystore.*)",
     )
 
 
 def _client_conf(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
+    """librdkafka's config: the bootstrap, ``extra``, then each ``--command-config``: a
+    ``KEY=VALUE``, or a properties file as Kafka's tools take it (so no secret need be on the
+    command line). Security keys may be the Java client's (``security.protocol``,
+    ``sasl.mechanism``, ``sasl.jaas.config``, ``ssl.truststore.*``, ``ssl.keystore.*``, as
+    Spark's Kafka source takes them) or librdkafka's."""
+    from tierlog.errors import ConfigError
+    from tierlog.security.client_security import librdkafka_config
+
     conf: dict[str, Any] = {"bootstrap.servers": args.bootstrap_server}
     conf.update(extra)
     for item in args.command_config:
         key, sep, value = item.partition("=")
         if not sep:
-            raise SystemExit(f"--command-config expects KEY=VALUE, got {item!r}")
+            conf.update(_properties_file(item))
+            continue
         conf[key.strip()] = value
-    return conf
+    try:
+        return librdkafka_config(conf)
+    except ConfigError as e:
+        raise SystemExit(f"--command-config {e}") from None
+
+
+def _properties_file(path: str) -> dict[str, str]:
+    from pathlib import Path
+
+    from tierlog.server.kafka_config import parse_properties
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise SystemExit(
+            f"--command-config expects KEY=VALUE or a properties file; cannot read {path!r}: "
+            f"{e.strerror}"
+        ) from None
+    return parse_properties(text, source=path)
 
 
 def _pairs(items: Iterable[str], what: str) -> dict[str, str]:
