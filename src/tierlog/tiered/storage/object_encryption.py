@@ -85,7 +85,7 @@ class SegmentKey:
     def encrypt_chunk(self, prefix: str, index: int, data: bytes) -> bytes:
         return AESGCM(self.key).encrypt(_chunk_nonce(index), data, b"log:" + prefix.encode())
 
-    def decrypt_chunk(self, prefix: str, index: int, data: bytes) -> bytes:
+    def decrypt_chunk(self, prefix: str, index: int, data: bytes | memoryview) -> bytes:
         """Raises: RemoteDecryptionError: the chunk fails its tag."""
         try:
             return AESGCM(self.key).decrypt(_chunk_nonce(index), data, b"log:" + prefix.encode())

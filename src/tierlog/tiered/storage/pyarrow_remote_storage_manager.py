@@ -582,7 +582,7 @@ class PyArrowRemoteStorageManager(RemoteStorageManager):
                 if start_position > end:
                     return b""
                 first, lo, hi = chunks.object_range(start_position, end)
-                raw = self._s3_get(path, lo, hi - 1)
+                raw: bytes | memoryview = self._s3_get(path, lo, hi - 1)
             return self._decode_range(metadata, raw, layout, first, lo, start_position, end)
         if self._local and chunks is None:
             with map_exceptions(self._what("fetch segment from", path), _PYARROW_ERRORS):
@@ -602,14 +602,14 @@ class PyArrowRemoteStorageManager(RemoteStorageManager):
             if start_position > end:
                 return b""
             first, lo, hi = chunks.object_range(start_position, end)
-            raw = bytes(f.read_at(hi - lo, lo))
+            raw = memoryview(f.read_at(hi - lo, lo))  # pyarrow's buffer, not copied
         assert layout is not None
         return self._decode_range(metadata, raw, layout, first, lo, start_position, end)
 
     @staticmethod
     def _decode_range(
         metadata: RemoteLogSegmentMetadata,
-        raw: bytes,
+        raw: bytes | memoryview,
         layout: _Layout,
         first: int,
         lo: int,
@@ -624,15 +624,22 @@ class PyArrowRemoteStorageManager(RemoteStorageManager):
         """
         chunks = layout.chunks
         prefix = segment_object_prefix(metadata) if layout.key is not None else ""
-        out = bytearray()
+        view = memoryview(raw)
         pos = chunks.positions
-        for c in range(first, end // chunks.chunk_size + 1):
-            piece = raw[pos[c] - lo : pos[c + 1] - lo]
+        last = end // chunks.chunk_size
+        pieces: list[memoryview] = []
+        for c in range(first, last + 1):
+            piece: Any = view[pos[c] - lo : pos[c + 1] - lo]  # no copy
             if layout.key is not None:
                 piece = layout.key.decrypt_chunk(prefix, c, piece)
-            out += bytes(cramjam.zstd.decompress(piece)) if layout.zstd else piece
-        base = first * chunks.chunk_size
-        return bytes(out[start - base : end - base + 1])
+            if layout.zstd:
+                piece = cramjam.zstd.decompress(piece)
+            pieces.append(memoryview(piece))
+        # trim the first and last chunks in place, then one copy into the result
+        size = chunks.chunk_size
+        pieces[-1] = pieces[-1][: end - last * size + 1]
+        pieces[0] = pieces[0][start - first * size :]
+        return b"".join(pieces)
 
     # ------------------------------------------------------------------ deleting
 
