@@ -409,6 +409,7 @@ def test_sasl_and_tls_logins_and_their_failures(tmp_path: Path) -> None:
         f"listener.name.sasl_ssl.ssl.keystore.location={pki.server_p12}",
         f"listener.name.sasl_ssl.ssl.keystore.password={KEYSTORE_PASSWORD}",
         "connection.failed.authentication.delay.ms=10",
+        "connections.max.reauth.ms=2000",
     )
     sha256 = ScramMechanism.SCRAM_SHA_256
     CredentialStore.in_log_dir(b.log_dir).upsert(
@@ -462,5 +463,26 @@ def test_sasl_and_tls_logins_and_their_failures(tmp_path: Path) -> None:
         wrong_ca = {**ok, "ssl.truststore.location": str(pki.other_ca)}
         with pytest.raises(BrokerNotAvailableError, match="TLS handshake failed"):
             asyncio.run(login("SASL_SSL", wrong_ca))
+
+        # KIP-368: the session lasts 2 s; the client logs in again on the same connection
+        # before a later request, so the broker never closes it
+        async def keep_using() -> int:
+            host, port = b.bootstrap_of("SASL_SSL").split(":")
+            c = BrokerClient("tierlog-broker-9", security=client_security(ok))
+            await c.connect(host, int(port), timeout_s=TIMEOUT)
+            try:
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + 60
+                while "re-authenticated as User:broker" not in b.log_since_start():
+                    assert loop.time() < deadline, "no re-authentication"
+                    assert (await c.request(metadata(None), timeout_s=TIMEOUT)).brokers
+                    await asyncio.sleep(0.2)  # the poll interval, not the oracle
+                assert c.connected
+                return int(b.log_since_start().count("re-authenticated as User:broker"))
+            finally:
+                await c.close()
+
+        assert asyncio.run(keep_using()) >= 1
+        assert "expired (re-authentication due)" not in b.log_since_start()
     finally:
         b.stop()
