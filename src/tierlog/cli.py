@@ -8,9 +8,12 @@ does not pay for the broker's imports) and returns the exit code.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -191,9 +194,12 @@ def _add_scram(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser(
         "scram",
         help="manage SCRAM credentials offline (the first user, before the broker runs)",
-        description="SCRAM credentials in <first log dir>/scram-credentials. Only the salted, "
-        "iterated keys are stored, never the password. A running broker reads the change at "
-        "its next authentication; once it runs, AlterUserScramCredentials does the same.",
+        description="SCRAM credentials in <first log dir>/scram-credentials, or with "
+        "zookeeper.connect in the broker's config in ZooKeeper's /config/users (as Kafka's "
+        "kafka-configs.sh --zookeeper writes them; every broker sees the change at once). "
+        "Only the salted, iterated keys are stored, never the password. A running broker reads "
+        "the change at its next authentication; once it runs, AlterUserScramCredentials does "
+        "the same.",
     )
     ssub = p.add_subparsers(dest="scram_command", required=True, metavar="ACTION")
     add = ssub.add_parser("add", help="add or replace a user's credential")
@@ -241,12 +247,32 @@ def _add_log_dir_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _credential_store(args: argparse.Namespace) -> object:
+@contextlib.contextmanager
+def _credential_store(args: argparse.Namespace) -> Iterator[Any]:
+    """The broker's credential store: its file, or ZooKeeper's ``/config/users`` when the
+    config has ``zookeeper.connect`` (the session closed when the block ends)."""
     from tierlog.security.credential_store import CredentialStore
     from tierlog.server.kafka_config import KafkaConfig
 
     config = KafkaConfig.from_file(args.config, args.override)
-    return CredentialStore.in_log_dir(config.log_dirs[0])
+    if config.zookeeper_connect is None:
+        yield CredentialStore.in_log_dir(config.log_dirs[0])
+        return
+    from tierlog.cluster.kafka_zk_client import KafkaZkClient
+    from tierlog.security.zk_credential_store import ZkCredentialStore
+
+    zk = KafkaZkClient(
+        config.zookeeper_connect,
+        session_timeout_ms=config.zookeeper_session_timeout_ms,
+        connection_timeout_ms=config.zookeeper_connection_timeout_ms,
+    )
+    zk.start()
+    try:
+        store = ZkCredentialStore()
+        store.start(zk, watch=False)
+        yield store
+    finally:
+        zk.close()
 
 
 def _read_password(args: argparse.Namespace) -> str:
@@ -262,56 +288,51 @@ def _read_password(args: argparse.Namespace) -> str:
 
 
 def _run_scram_add(args: argparse.Namespace) -> int:
-    from tierlog.errors import ConfigError
-    from tierlog.security.credential_store import CredentialStore
+    from tierlog.errors import ConfigError, ZooKeeperClientError
     from tierlog.security.scram import ScramMechanism, credential_from_password
 
     try:
-        store = _credential_store(args)
-        assert isinstance(store, CredentialStore)
         password = _read_password(args)
         if not password:
             raise ValueError("the password is empty")
         mechanism = ScramMechanism.for_name(args.mechanism)
         assert mechanism is not None
         credential = credential_from_password(mechanism, password, args.iterations)
-        store.upsert(args.user, mechanism, credential)
-    except (ConfigError, ValueError, OSError) as e:
+        with _credential_store(args) as store:
+            store.upsert(args.user, mechanism, credential)
+            where = store.path
+    except (ConfigError, ValueError, OSError, ZooKeeperClientError) as e:
         print(f"tierlog scram add: {e}", file=sys.stderr)
         return 2
-    print(f"{args.mechanism} credential of {args.user} written to {store.path}")
+    print(f"{args.mechanism} credential of {args.user} written to {where}")
     return 0
 
 
 def _run_scram_delete(args: argparse.Namespace) -> int:
-    from tierlog.errors import ConfigError
-    from tierlog.security.credential_store import CredentialStore
+    from tierlog.errors import ConfigError, ZooKeeperClientError
     from tierlog.security.scram import ScramMechanism
 
     try:
-        store = _credential_store(args)
-        assert isinstance(store, CredentialStore)
         mechanism = ScramMechanism.for_name(args.mechanism)
         assert mechanism is not None
-        if mechanism not in store.users().get(args.user, {}):
-            print(f"tierlog scram delete: no {args.mechanism} credential for {args.user}")
-            return 1
-        store.delete(args.user, mechanism)
-    except (ConfigError, ValueError, OSError) as e:
+        with _credential_store(args) as store:
+            if mechanism not in store.users().get(args.user, {}):
+                print(f"tierlog scram delete: no {args.mechanism} credential for {args.user}")
+                return 1
+            store.delete(args.user, mechanism)
+    except (ConfigError, ValueError, OSError, ZooKeeperClientError) as e:
         print(f"tierlog scram delete: {e}", file=sys.stderr)
         return 2
     return 0
 
 
 def _run_scram_list(args: argparse.Namespace) -> int:
-    from tierlog.errors import ConfigError
-    from tierlog.security.credential_store import CredentialStore
+    from tierlog.errors import ConfigError, ZooKeeperClientError
 
     try:
-        store = _credential_store(args)
-        assert isinstance(store, CredentialStore)
-        users = store.users()
-    except (ConfigError, ValueError, OSError) as e:
+        with _credential_store(args) as store:
+            users = store.users()
+    except (ConfigError, ValueError, OSError, ZooKeeperClientError) as e:
         print(f"tierlog scram list: {e}", file=sys.stderr)
         return 2
     for user, creds in sorted(users.items()):

@@ -618,6 +618,12 @@ class CorruptRemoteDataError(RemoteStorageError):
         return True
 
 
+class RemoteDecryptionError(RemoteStorageError):
+    """A remote object cannot be decrypted: encrypted with another key, or an AES-GCM
+    authentication tag fails (the object was changed or moved), or it is encrypted and no key
+    is configured. Never retried into garbage: the read fails."""
+
+
 class RemoteResourceNotFoundError(RemoteStorageError):
     """The remote object does not exist (Kafka's RemoteResourceNotFoundException)."""
 
@@ -670,6 +676,12 @@ class BrokerNotAvailableError(TierlogError, ConnectionError):
         super().__init__(f"{host}:{port}: {message}")
         self.host = host
         self.port = port
+
+
+class BrokerAuthenticationError(BrokerNotAvailableError):
+    """Another broker refused this broker's SASL login (a wrong inter-broker password, a user
+    it does not know, a mechanism it does not enable). The message names the user, the
+    mechanism and the peer's reason; the connection is closed."""
 
 
 class BrokerRequestTimeoutError(BrokerNotAvailableError, TimeoutError):

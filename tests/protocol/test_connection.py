@@ -274,7 +274,6 @@ def test_truncated_body() -> None:
     [
         (99, 0),  # unknown key
         (57, 1),  # UpdateFeatures: known to Kafka, not served here
-        (17, 0),  # SaslHandshake v0 (raw tokens follow): below the advertised min
         (3, 14),  # above the advertised max
         (1, 3),  # Fetch below the advertised min
         (0, -1),

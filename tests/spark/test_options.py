@@ -125,12 +125,35 @@ def test_offsets_json_and_timestamps() -> None:
             "kafka.enable.auto.commit",
             "not supported",
         ),
-        ({"subscribe": "t", "kafka.sasl.mechanism": "x"}, "kafka.sasl.mechanism", "not supported"),
         (
-            {"subscribe": "t", "kafka.security.protocol": "SSL"},
-            "kafka.security.protocol",
-            "PLAINTEXT",
+            {"subscribe": "t", "kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "x"},
+            "kafka.sasl.mechanism",
+            "X is not supported",
         ),
+        (
+            {"subscribe": "t", "kafka.security.protocol": "TLS"},
+            "kafka.security.protocol",
+            "not one of PLAINTEXT",
+        ),
+        (
+            {
+                "subscribe": "t",
+                "kafka.security.protocol": "SASL_SSL",
+                "kafka.sasl.mechanism": "SCRAM-SHA-256",
+            },
+            "kafka.sasl.jaas.config",
+            "ScramLoginModule required",
+        ),
+        (
+            {
+                "subscribe": "t",
+                "kafka.security.protocol": "SSL",
+                "kafka.ssl.truststore.location": "/nonexistent/ca.pem",
+            },
+            "kafka.ssl.truststore.location",
+            "cannot read",
+        ),
+        ({"subscribe": "t", "kafka.ssl.nonsense": "x"}, "kafka.ssl.nonsense", "not supported"),
         (
             {"subscribe": "t", "kafka.isolation.level": "x"},
             "kafka.isolation.level",

@@ -127,9 +127,11 @@ ADVERTISED: Final[Mapping[int, tuple[int, int]]] = MappingProxyType(
         ApiKey.SYNC_GROUP: (0, 5),  # 5/3/3/3
         ApiKey.DESCRIBE_GROUPS: (0, 6),  # kio 0-6
         ApiKey.LIST_GROUPS: (0, 5),  # kio 0-5
-        # v0 is followed by raw SASL tokens without Kafka framing (pre-KIP-152 clients);
-        # every client we serve sends v1 and then SaslAuthenticate.
-        ApiKey.SASL_HANDSHAKE: (1, 1),  # 1/1/1/1; kio 0-1
+        # v0 is followed by raw SASL tokens without Kafka framing (pre-KIP-152 clients): the
+        # SASL state machine refuses it; every client we serve sends v1 and then
+        # SaslAuthenticate. Advertised from 0 as Kafka does: librdkafka before 2.11 looks
+        # for v0 and otherwise says "SASL Handshake not supported by broker" (kcat 1.7).
+        ApiKey.SASL_HANDSHAKE: (0, 1),  # 1/1/1/1; kio 0-1
         ApiKey.API_VERSIONS: (0, 4),  # 4/3/0/2
         ApiKey.CREATE_TOPICS: (2, 7),  # 7/4/3/3; kio 2-7
         ApiKey.DELETE_TOPICS: (1, 6),  # 6/4/3/1; kio 1-6

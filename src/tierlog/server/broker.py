@@ -49,7 +49,8 @@ from tierlog.protocol.api_versions import preload_schemas
 from tierlog.quotas.file_quota_store import FILE_NAME as QUOTA_FILE_NAME
 from tierlog.quotas.file_quota_store import FileQuotaStore
 from tierlog.security.channel_builder import build_channel_builders
-from tierlog.security.credential_store import CredentialStore
+from tierlog.security.client_security import PLAINTEXT, ClientSecurity, inter_broker_security
+from tierlog.security.credential_store import CredentialStore, ScramCredentialStore
 from tierlog.security.principal import ANONYMOUS, KafkaPrincipal
 from tierlog.server.broker_metrics import BrokerMetrics
 from tierlog.server.client_quotas import ClientQuotas, ClientQuotaStore
@@ -78,6 +79,7 @@ if TYPE_CHECKING:
     from tierlog.cluster.partition import Partition
     from tierlog.cluster.zk_broker import ZkBroker
     from tierlog.security.acl_checks import BrokerAuthorizer
+    from tierlog.security.zk_credential_store import ZkCredentialStore
     from tierlog.server.cluster_metadata_publisher import ClusterMetadataPublisher
 
 __all__ = ["Broker", "main", "run"]
@@ -114,6 +116,8 @@ class Broker:
         self._isr_task: asyncio.Task[None] | None = None
         self._hw_task: asyncio.Task[None] | None = None
         self.bound: list[tuple[str, int]] = []
+        self._inter_broker_security: ClientSecurity = PLAINTEXT
+        self._zk_credentials: ZkCredentialStore | None = None
         self._stopped = asyncio.Event()
         self._shutting_down = False
 
@@ -127,8 +131,20 @@ class Broker:
         c = self.config
         t0 = time.monotonic()
         # TLS stores and JAAS first: a bad one stops the broker before any log is touched.
-        credentials = CredentialStore.in_log_dir(c.log_dirs[0])
+        # SCRAM credentials: a file on one node; ZooKeeper's /config/users in a cluster
+        # (read once the session is up, before the listeners open).
+        credentials: ScramCredentialStore
+        zk_credentials = None
+        if c.zookeeper_connect is None:
+            credentials = CredentialStore.in_log_dir(c.log_dirs[0])
+        else:
+            from tierlog.security.zk_credential_store import ZkCredentialStore
+
+            credentials = zk_credentials = ZkCredentialStore()
         channels = build_channel_builders(c, credentials)
+        if c.zookeeper_connect is not None:
+            # this broker's own login to the others (inter.broker.listener.name)
+            self._inter_broker_security = inter_broker_security(c)
         _budget_open_files(c.log_max_open_files)
         # Bind every listener before anything touches the log dirs (a port in use must not
         # leave a half-made log dir behind); they accept connections once all is ready.
@@ -164,6 +180,9 @@ class Broker:
         cluster_id = None
         if c.zookeeper_connect is not None:
             cluster_id = await self._connect_zookeeper()
+            if zk_credentials is not None and self.zk is not None:
+                await asyncio.to_thread(zk_credentials.start, self.zk)
+                self._zk_credentials = zk_credentials
         lm = LogManager(
             c.log_dirs,
             c.log_config(),
@@ -520,7 +539,9 @@ class Broker:
             node,
             inter_broker_listener=c.inter_broker_listener_name,
             fetcher_config=fetcher_config,
-            client_factory=lambda: BrokerClient(f"tierlog-broker-{node}-fetcher"),
+            client_factory=lambda: BrokerClient(
+                f"tierlog-broker-{node}-fetcher", security=self._inter_broker_security
+            ),
             loop=asyncio.get_running_loop(),
         )
         self.zk_broker = zk_broker
@@ -763,6 +784,8 @@ class Broker:
             await asyncio.to_thread(self.log_manager.shutdown)
         if self.metrics is not None:
             self.metrics.close()
+        if self._zk_credentials is not None:
+            self._zk_credentials.close()
         if self.zk is not None:
             # Last: closing the session removes the registration, which tells the controller.
             await asyncio.to_thread(self.zk.close)

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from tierlog.log.log_config import LogConfig
     from tierlog.log.log_manager import LogManager
     from tierlog.security.acl_checks import BrokerAuthorizer
-    from tierlog.security.credential_store import CredentialStore
+    from tierlog.security.credential_store import ScramCredentialStore
     from tierlog.server.client_quotas import ClientQuotas
     from tierlog.server.kafka_config import KafkaConfig
     from tierlog.server.producer_id_manager import ProducerIdManager
@@ -156,7 +156,7 @@ class KafkaApis:
         cluster: ZkBroker | None = None,
         controller: KafkaController | None = None,
         admin: ZkAdminManager | None = None,
-        credentials: CredentialStore | None = None,
+        credentials: ScramCredentialStore | None = None,
         endpoints: Mapping[str, BrokerEndpoint] | None = None,
         authorizer: BrokerAuthorizer | None = None,
         client_quotas: ClientQuotas | None = None,

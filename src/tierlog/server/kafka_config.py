@@ -51,6 +51,7 @@ from tierlog.server.config_def import format_config_value as _format
 from tierlog.server.config_def import ignored as _ignored
 from tierlog.server.config_def import one_of as _one_of
 from tierlog.server.config_def import parse_config_value as _parse_value
+from tierlog.server.config_providers import resolve_config_providers
 
 if TYPE_CHECKING:
     from tierlog.log.log_cleaner import CleanerConfig
@@ -534,17 +535,20 @@ class KafkaConfig:
             ConfigError: an unknown key, or a value that does not parse or validate.
         """
         self.originals: dict[str, str] = dict(props)
-        rsm_prefix = self.originals.get(
+        # ${provider:path:key} references resolved (config.providers, KIP-297); originals
+        # keep them as written, so no resolved secret shows in repr or DescribeConfigs.
+        self._resolved = resolve_config_providers(self.originals)
+        rsm_prefix = self._resolved.get(
             "remote.log.storage.manager.impl.prefix", RSM_CONFIG_PREFIX
         ).strip()
-        rlmm_prefix = self.originals.get(
+        rlmm_prefix = self._resolved.get(
             "remote.log.metadata.manager.impl.prefix", RLMM_CONFIG_PREFIX
         ).strip()
         self.rsm_config: dict[str, str] = {}
         self.rlmm_config: dict[str, str] = {}
         values: dict[str, Any] = {}
         per_listener: dict[str, dict[str, Any]] = {}
-        for key, raw in self.originals.items():
+        for key, raw in self._resolved.items():
             if rsm_prefix and key.startswith(rsm_prefix) and len(key) > len(rsm_prefix):
                 self.rsm_config[key[len(rsm_prefix) :]] = raw.strip()
                 continue
@@ -616,6 +620,22 @@ class KafkaConfig:
                         f"{e} uses the non-routable meta-address {e.host}",
                     )
         ibl = get("inter.broker.listener.name")
+        if ibl is not None and "security.inter.broker.protocol" in values:
+            # Kafka: "Only one of inter.broker.listener.name and security.inter.broker.protocol
+            # should be set."
+            raise ConfigError(
+                "security.inter.broker.protocol",
+                "set inter.broker.listener.name or security.inter.broker.protocol, not both",
+            )
+        if ibl is None and "security.inter.broker.protocol" in values:
+            # Kafka's way: the listener named after the protocol
+            ibl = str(get("security.inter.broker.protocol")).upper()
+            if ibl not in {e.listener_name for e in self.listeners}:
+                raise ConfigError(
+                    "security.inter.broker.protocol",
+                    f"no listener is named {ibl} (the inter-broker listener is the one named "
+                    "after the protocol; or set inter.broker.listener.name)",
+                )
         if ibl is not None and ibl.upper() not in {e.listener_name for e in self.listeners}:
             raise ConfigError("inter.broker.listener.name", f"{ibl!r} is not one of the listeners")
         self.socket_request_max_bytes: int = get("socket.request.max.bytes")
@@ -1034,7 +1054,7 @@ class KafkaConfig:
                     props[name] = str(self._effective_ms[name])
                     _parse_value(d, props[name])  # a value folded from hours must validate too
             elif name in self._values:
-                props[name] = self.originals[name]
+                props[name] = self._resolved[name]
         return props
 
 

@@ -75,6 +75,34 @@ READ_SIZE = 2 * 1024 * 1024
 _IOV_MAX = 1024
 
 
+#: Writes to a TLS transport go in pieces of this size. asyncio's TLS layer (sslproto)
+#: encrypts everything handed to one write into a memory BIO and reads it back as one bytes
+#: object: with 1 MiB fetch responses that costs 3.5x the throughput of 64 KiB pieces
+#: (measured: one process, loopback, 89 vs 318 MB/s). Small parts are coalesced up to it
+#: (one TLS record each instead of one per response header).
+_TLS_WRITE_CHUNK = 64 * 1024
+
+
+def _write_tls(t: asyncio.WriteTransport, parts: list[Any]) -> None:
+    """Write ``parts`` to a TLS transport in pieces of :data:`_TLS_WRITE_CHUNK`."""
+    buf = bytearray()
+    for part in parts:
+        mv = memoryview(part)
+        while mv:
+            if not buf and len(mv) >= _TLS_WRITE_CHUNK:
+                t.write(mv[:_TLS_WRITE_CHUNK])  # a slice of the records: not copied
+                mv = mv[_TLS_WRITE_CHUNK:]
+                continue
+            room = _TLS_WRITE_CHUNK - len(buf)
+            buf += mv[:room]
+            mv = mv[room:]
+            if len(buf) >= _TLS_WRITE_CHUNK:
+                t.write(buf)
+                buf = bytearray()
+    if buf:
+        t.write(buf)
+
+
 class KafkaConnection(asyncio.Protocol):
     """One client connection (asyncio protocol callbacks → ServerConnection → handlers)."""
 
@@ -104,6 +132,7 @@ class KafkaConnection(asyncio.Protocol):
         self._out: list[Any] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self._raw_sock: socket.socket | None = None
+        self._tls = False
         self.peer = "?"
         self.peer_host = ""
 
@@ -117,6 +146,7 @@ class KafkaConnection(asyncio.Protocol):
             self.peer = f"{peer[0]}:{peer[1]}"
             self.peer_host = str(peer[0])
         ssl_object = transport.get_extra_info("ssl_object")
+        self._tls = ssl_object is not None
         if ssl_object is not None and not self._ssl_principal(ssl_object):
             return
         sock = transport.get_extra_info("socket")
@@ -420,6 +450,9 @@ class KafkaConnection(asyncio.Protocol):
         t = self._transport
         assert t is not None
         raw = self._raw_sock
+        if raw is None and self._tls:
+            _write_tls(t, parts)
+            return
         if raw is None or t.get_write_buffer_size() or len(parts) > _IOV_MAX:
             t.writelines(parts)
             return

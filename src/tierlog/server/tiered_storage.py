@@ -332,6 +332,8 @@ class TieredStorage:
             self.rsm = self._opened_rsm
         else:
             self.rsm = PyArrowRemoteStorageManager.from_config(default_rsm_config(c.rsm_config))
+        if self.rsm.credentials_source is not None:
+            log.info("remote storage S3 credentials from %s", self.rsm.credentials_source)
         self.publisher = publisher
         self.rlmm = TopicBasedRemoteLogMetadataManager(
             self.publisher,

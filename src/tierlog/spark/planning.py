@@ -37,7 +37,14 @@ from tierlog.spark.fetch_client import (
     TopicInfo,
     is_retriable,
 )
-from tierlog.spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, TopicPartition
+from tierlog.spark.options import (
+    EARLIEST,
+    LATEST,
+    OffsetSpec,
+    SourceOptions,
+    TopicPartition,
+    client_security_of,
+)
 from tierlog.spark.remote import (
     RemoteSegmentLister,
     aborted_transactions_in,
@@ -304,6 +311,7 @@ class Planner:
             client_id=options.client_id,
             timeout_s=options.request_timeout_ms / 1000,
             recv_buffer=options.receive_buffer_bytes,
+            security=client_security_of(options.security),
         )
         self.isolation = READ_COMMITTED if options.read_committed else READ_UNCOMMITTED
         self.topics: dict[str, TopicInfo] = {}

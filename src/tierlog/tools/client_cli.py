@@ -14,8 +14,11 @@ Kafka protocol to a running broker through confluent-kafka (librdkafka) — no c
     tierlog groups describe g1                                 (tools/groups_cli.py)
 
 Every command takes ``--bootstrap-server`` (default ``127.0.0.1:9092``, the embedded
-listener), ``--command-config KEY=VALUE`` for extra librdkafka settings and ``--verbose``;
-exit codes and librdkafka's logs are in :mod:`tierlog.tools.client_common`.
+listener), ``--command-config KEY=VALUE`` (or a properties file, as Kafka's tools) for extra
+client settings — librdkafka's, or the Java client's security keys as Spark's Kafka source
+takes them (``security.protocol``, ``sasl.mechanism``, ``sasl.jaas.config``,
+``ssl.truststore.*``) — and ``--verbose``; exit codes and librdkafka's logs are in
+:mod:`tierlog.tools.client_common`.
 """
 
 from __future__ import annotations

@@ -96,8 +96,10 @@ def add_common(p: argparse.ArgumentParser) -> None:
         "--command-config",
         action="append",
         default=[],
-        metavar="KEY=VALUE",
-        help="an extra librdkafka setting (repeatable), e.g. security.protocol=SSL",
+        metavar="KEY=VALUE|FILE",
+        help="an extra client setting, or a properties file of them (repeatable): "
+        "librdkafka's, or the Java client's security keys (security.protocol, sasl.mechanism, "
+        "sasl.jaas.config, ssl.truststore.*, ssl.keystore.*)",
     )
     p.add_argument(
         "--request-timeout-ms",
@@ -146,19 +148,51 @@ def _librdkafka_logger(verbose: bool) -> logging.Logger:
 
 
 def client_conf(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
-    """librdkafka settings: the bootstrap server, the logger, ``extra``, then
-    ``--command-config`` (which wins).
+    """librdkafka settings: the bootstrap server, the logger, ``extra``, then each
+    ``--command-config`` (which wins): a ``KEY=VALUE``, or a properties file as Kafka's tools
+    take it (so no secret need be on the command line). Security keys may be the Java
+    client's (``security.protocol``, ``sasl.mechanism``, ``sasl.jaas.config``,
+    ``ssl.truststore.*``, ``ssl.keystore.*``, as Spark's Kafka source takes them) or
+    librdkafka's.
 
     Raises:
-        UsageError: a ``--command-config`` item is not KEY=VALUE.
+        UsageError: a ``--command-config`` item is neither KEY=VALUE nor a readable file, or
+            its security settings are invalid.
     """
-    conf: dict[str, Any] = {
-        "bootstrap.servers": args.bootstrap_server,
-        "logger": _librdkafka_logger(getattr(args, "verbose", False)),
-    }
+    from tierlog.errors import ConfigError
+    from tierlog.security.client_security import librdkafka_config
+
+    conf: dict[str, Any] = {"bootstrap.servers": args.bootstrap_server}
     conf.update(extra)
-    conf.update(pairs(args.command_config, "--command-config"))
-    return conf
+    for item in args.command_config:
+        key, sep, value = item.partition("=")
+        if not sep:
+            conf.update(_properties_file(item))
+        elif not key.strip():
+            raise UsageError(f"--command-config expects KEY=VALUE, got {item!r}")
+        else:
+            conf[key.strip()] = value
+    try:
+        out: dict[str, Any] = dict(librdkafka_config(conf))
+    except ConfigError as e:
+        raise UsageError(f"--command-config {e}") from None
+    out["logger"] = _librdkafka_logger(getattr(args, "verbose", False))
+    return out
+
+
+def _properties_file(path: str) -> dict[str, str]:
+    from pathlib import Path
+
+    from tierlog.server.kafka_config import parse_properties
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise UsageError(
+            f"--command-config expects KEY=VALUE or a properties file; cannot read {path!r}: "
+            f"{e.strerror}"
+        ) from None
+    return parse_properties(text, source=path)
 
 
 def pairs(items: Iterable[str], what: str) -> dict[str, str]:

@@ -398,9 +398,9 @@ def _check_segment(
     """``(kind, message)`` problems of one COPY_SEGMENT_FINISHED segment."""
     import pyarrow.fs as pafs
 
-    from tierlog.errors import RemoteStorageError
+    from tierlog.errors import RemoteDecryptionError, RemoteStorageError
     from tierlog.tiered.storage.remote_storage_manager import IndexType
-    from tierlog.tiered.storage.segment_objects import INDEXES_SUFFIX, LOG_SUFFIX, IndexesObject
+    from tierlog.tiered.storage.segment_objects import INDEXES_SUFFIX, LOG_SUFFIX
 
     problems: list[tuple[str, str]] = []
     fs = rsm.filesystem
@@ -415,7 +415,7 @@ def _check_segment(
         problems.append(("UNREADABLE", f"{_uri(rsm, md, INDEXES_SUFFIX)}: {e}"))
     else:
         try:
-            obj = IndexesObject.decode(data)
+            obj, _ = rsm.decode_indexes_object(md, data)  # decrypted with the broker's key
             chunk_index = obj.chunk_index
             missing = [
                 t.name
@@ -426,6 +426,8 @@ def _check_segment(
                 problems.append(
                     ("MISMATCH", f"{_uri(rsm, md, INDEXES_SUFFIX)}: no {', '.join(missing)} index")
                 )
+        except RemoteDecryptionError as e:
+            problems.append(("UNDECRYPTABLE", f"{_uri(rsm, md, INDEXES_SUFFIX)}: {e}"))
         except RemoteStorageError as e:
             problems.append(("CORRUPT", f"{_uri(rsm, md, INDEXES_SUFFIX)}: {e}"))
     try:
