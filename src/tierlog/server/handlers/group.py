@@ -18,12 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 from tierlog.errors import CoordinatorNotAvailable, InvalidRequest
 from tierlog.security.acl_checks import (
+    AUTHORIZED_OPERATIONS_OMITTED,
+    authorized_operations,
     cluster_error,
     group_error,
     topic_error,
     transactional_id_error,
 )
-from tierlog.security.authorizer import AclOperation
+from tierlog.security.authorizer import AclOperation, ResourceType
 from tierlog.server.handlers._build import build
 from tierlog.server.kafka_apis import response_class
 from tierlog.server.offset_store import ensure_offsets_topic_in_cluster
@@ -48,7 +50,6 @@ DELETE_GROUPS = 42
 
 COORDINATOR_KEY_GROUP = 0
 COORDINATOR_KEY_TRANSACTION = 1
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 TRANSACTIONS_UNSUPPORTED = "transactions are not supported by tierlog"
 
 
@@ -455,6 +456,7 @@ def handle_describe_groups(apis: KafkaApis, ev: Request) -> Any:
     req = ev.request
     cls = response_class(DESCRIBE_GROUPS, ev.api_version)
     gc = apis.group_coordinator
+    include_ops = bool(getattr(req, "include_authorized_operations", False))
     groups = []
     for group_id in req.groups:
         denied = group_error(apis, AclOperation.DESCRIBE, group_id)
@@ -489,7 +491,11 @@ def handle_describe_groups(apis: KafkaApis, ev: Request) -> Any:
                     }
                     for m, i, c, h, md, a in d.members
                 ],
-                "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+                "authorized_operations": (
+                    authorized_operations(apis, ResourceType.GROUP, group_id)
+                    if include_ops and not d.error_code
+                    else AUTHORIZED_OPERATIONS_OMITTED
+                ),
             }
         )
     return build(cls, {"throttle_time": 0, "groups": groups})
