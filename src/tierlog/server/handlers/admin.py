@@ -5,7 +5,9 @@ Single node: the replication factor must be 1 (or -1 for the default), manual as
 may only name this node. In a cluster, CreateTopics, DeleteTopics and CreatePartitions go
 through ZooKeeper (:mod:`tierlog.server.handlers.cluster_admin`). Topic configs are described
 in full (every config with its value, source and, on request, synonyms and documentation);
-the broker resource lists the broker's static configs, which are read-only.
+the broker resource lists the broker's configs with their sources; the dynamic ones
+(:mod:`tierlog.server.dynamic_broker_config`) can be altered, for this broker (its id) or the
+whole cluster (``""``), the others are read-only.
 """
 
 from __future__ import annotations
@@ -37,8 +39,10 @@ from tierlog.security.acl_checks import (
     require_topic,
 )
 from tierlog.security.authorizer import AclOperation
+from tierlog.server.dynamic_broker_config import DescribedConfig, DynamicBrokerConfig
 from tierlog.server.handlers._build import build
 from tierlog.server.kafka_apis import response_class
+from tierlog.server.kafka_config import BROKER_CONFIGS, KafkaConfig
 from tierlog.server.replica_manager import INTERNAL_TOPICS
 
 if TYPE_CHECKING:
@@ -434,23 +438,39 @@ def _describe_topic(
 
 
 def _describe_broker(
-    apis: KafkaApis, keys: Any, synonyms: bool, documentation: bool
+    apis: KafkaApis, resource_name: str, keys: Any, synonyms: bool, documentation: bool
 ) -> list[dict[str, Any]]:
+    """The broker's configs (``resource_name`` its id), or the cluster-wide dynamic defaults
+    (``""``), each with its source and synonyms (dynamic broker, dynamic default, static,
+    default), as Kafka's DescribeConfigs answers."""
+    dynamic = apis.dynamic_config
+    if dynamic is None:
+        if not _is_this_broker(apis, resource_name):
+            raise InvalidRequest(f"unknown broker {resource_name}")
+        described = [
+            DescribedConfig(e, ((e.name, e.value, e.source),)) for e in apis.config.describe()
+        ]
+    else:
+        entity = DynamicBrokerConfig.entity_of(resource_name, apis.node_id)
+        described = dynamic.describe(entity)
     rows = []
     wanted = set(keys) if keys else None
-    for e in apis.config.describe():
+    for d in described:
+        e = d.entry
         if wanted is not None and e.name not in wanted:
             continue
-        source = SOURCE_IDS.get(e.source, 0)
         rows.append(
             {
                 "name": e.name,
                 "value": e.value,
                 "read_only": e.read_only,
                 "is_default": e.source == "DEFAULT_CONFIG",
-                "config_source": source,
+                "config_source": SOURCE_IDS.get(e.source, 0),
                 "is_sensitive": e.sensitive,
-                "synonyms": [{"name": e.name, "value": e.value, "source": source}]
+                "synonyms": [
+                    {"name": n, "value": v, "source": SOURCE_IDS.get(src, 0)}
+                    for n, v, src in d.synonyms
+                ]
                 if synonyms
                 else [],
                 "config_type": TYPE_IDS.get(e.config_type.lower(), 0),
@@ -489,10 +509,8 @@ def handle_describe_configs(apis: KafkaApis, ev: Request) -> Any:
                     config, r.configuration_keys, synonyms, documentation, ev.api_version
                 )
             elif r.resource_type == RESOURCE_BROKER:
-                if not _is_this_broker(apis, r.resource_name):
-                    raise InvalidRequest(f"unknown broker {r.resource_name}")
                 res["configs"] = _describe_broker(
-                    apis, r.configuration_keys, synonyms, documentation
+                    apis, r.resource_name, r.configuration_keys, synonyms, documentation
                 )
             elif r.resource_type == RESOURCE_BROKER_LOGGER:
                 res["configs"] = []
@@ -567,17 +585,37 @@ def _apply_topic_config(
         tiered.topic_changed(topic)
 
 
+def _alter_broker_config(
+    apis: KafkaApis,
+    resource_name: str,
+    configs_of: Callable[[Mapping[str, str], KafkaConfig], dict[str, str]],
+    *,
+    validate_only: bool,
+) -> None:
+    """Dynamic broker configs of this broker (``resource_name`` its id) or of the cluster
+    (``""``): ``configs_of(current dynamic configs, current config)`` gives the new set."""
+    dynamic = apis.dynamic_config
+    if dynamic is None:
+        raise InvalidRequest("this broker has no dynamic configs")
+    entity = DynamicBrokerConfig.entity_of(resource_name, apis.node_id)
+    new = configs_of(dynamic.dynamic[entity], dynamic.current)
+    dynamic.alter(entity, new, validate_only=validate_only)
+    if not validate_only:
+        log.info("altered dynamic configs of broker entity %s: %s", entity, new)
+
+
 def _alter_config_results(
     apis: KafkaApis,
     resources: Any,
     overrides_of: Callable[[Any], dict[str, str | None]],
+    broker_configs_of: Callable[[Any], Callable[[Mapping[str, str], KafkaConfig], dict[str, str]]],
     *,
     incremental: bool,
     validate_only: bool,
 ) -> list[dict[str, Any]]:
     """One result per resource of an (Incremental)AlterConfigs request: topic configs are
     applied (``overrides_of`` turns a resource's entries into overrides), broker configs are
-    static; errors are answered per resource."""
+    dynamic broker configs (``broker_configs_of``); errors are answered per resource."""
     results = []
     for r in resources:
         res: dict[str, Any] = {
@@ -599,8 +637,8 @@ def _alter_config_results(
                     validate_only=validate_only,
                 )
             elif r.resource_type == RESOURCE_BROKER:
-                raise InvalidRequest(
-                    "broker configs are static in tierlog; edit server.properties and restart"
+                _alter_broker_config(
+                    apis, r.resource_name, broker_configs_of(r), validate_only=validate_only
                 )
             else:
                 raise InvalidRequest(f"unsupported resource type {r.resource_type}")
@@ -617,10 +655,15 @@ def handle_alter_configs(apis: KafkaApis, ev: Request) -> Any:
             overrides[c.name] = c.value
         return overrides
 
+    def broker_configs_of(r: Any) -> Callable[[Mapping[str, str], KafkaConfig], dict[str, str]]:
+        # AlterConfigs: the given configs become the entity's whole set.
+        return lambda _current, _config: {k: v for k, v in overrides_of(r).items() if v}
+
     results = _alter_config_results(
         apis,
         ev.request.resources,
         overrides_of,
+        broker_configs_of,
         incremental=False,
         validate_only=bool(getattr(ev.request, "validate_only", False)),
     )
@@ -636,10 +679,14 @@ def handle_incremental_alter_configs(apis: KafkaApis, ev: Request) -> Any:
             raise UnknownTopicOrPartition(f"unknown topic {r.resource_name}")
         return _incremental_overrides(info.config, r.configs)
 
+    def broker_configs_of(r: Any) -> Callable[[Mapping[str, str], KafkaConfig], dict[str, str]]:
+        return lambda current, config: _incremental_broker_configs(current, config, r.configs)
+
     results = _alter_config_results(
         apis,
         ev.request.resources,
         overrides_of,
+        broker_configs_of,
         incremental=True,
         validate_only=bool(getattr(ev.request, "validate_only", False)),
     )
@@ -676,6 +723,40 @@ def _incremental_overrides(config: LogConfig, ops: Any) -> dict[str, str | None]
             else:
                 current = [x for x in current if x not in items]
             out[c.name] = ",".join(current)
+        else:
+            raise InvalidRequest(f"unknown config operation {op}")
+    return out
+
+
+def _incremental_broker_configs(
+    current: Mapping[str, str], config: KafkaConfig, ops: Any
+) -> dict[str, str]:
+    """An entity's dynamic configs after IncrementalAlterConfigs' operations: SET, DELETE
+    (back to the next source), APPEND/SUBTRACT on list configs (from the current value)."""
+    out = dict(current)
+    seen: set[str] = set()
+    for c in ops:
+        if c.name in seen:
+            raise InvalidRequest(f"config {c.name} appears more than once")
+        seen.add(c.name)
+        op = c.config_operation
+        if op == OP_SET:
+            if c.value is None:
+                raise InvalidRequest(f"null value for config {c.name}")
+            out[c.name] = c.value
+        elif op == OP_DELETE:
+            out.pop(c.name, None)
+        elif op in (OP_APPEND, OP_SUBTRACT):
+            d = BROKER_CONFIGS.get(c.name)
+            if d is None or d.type != "list":
+                raise InvalidRequest(f"{c.name} is not a list config; APPEND/SUBTRACT need one")
+            items = [x.strip() for x in (c.value or "").split(",") if x.strip()]
+            values = list(config.get(c.name) or ())
+            if op == OP_APPEND:
+                values += [x for x in items if x not in values]
+            else:
+                values = [x for x in values if x not in items]
+            out[c.name] = ",".join(values)
         else:
             raise InvalidRequest(f"unknown config operation {op}")
     return out
