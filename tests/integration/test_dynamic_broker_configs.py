@@ -211,3 +211,12 @@ def test_dynamic_broker_configs_apply_without_restart_and_persist(tmp_path: Path
         assert now["log.cleaner.backoff.ms"].value == "100"
         assert _describe(a, ConfigResource.Type.TOPIC, topic)["retention.ms"].value == "3600000"
         assert _produce_error(b, topic, 8000) == KafkaError.MSG_SIZE_TOO_LARGE
+
+
+def test_a_damaged_dynamic_config_file_stops_the_broker_with_its_name(tmp_path: Path) -> None:
+    b = BrokerProcess(tmp_path / "broker")
+    b.log_dir.mkdir(parents=True)
+    (b.log_dir / "dynamic-broker-configs.json").write_text('{"version": 1, "brokers": [1]}')
+    with pytest.raises(RuntimeError, match="exited with 1 during startup"):
+        b.start()
+    assert "dynamic-broker-configs.json: not a dynamic broker config file" in b.log_text()

@@ -108,7 +108,7 @@ class DynamicConfigStore(Protocol):
         """The stored configs of each entity (``{}`` for none).
 
         Raises:
-            OSError, ValueError: the store cannot be read.
+            OSError, ConfigError, ValueError: the store cannot be read.
         """
         ...
 
@@ -133,20 +133,25 @@ class LocalDynamicConfigStore:
         return cls(log_dir / FILE_NAME)
 
     def _read(self) -> dict[str, dict[str, str]]:
+        """Raises: ConfigError (a damaged file: the broker does not start on a guess),
+        OSError."""
         try:
             text = self.path.read_text()
         except FileNotFoundError:
             return {}
-        obj = json.loads(text)
+        try:
+            obj = json.loads(text)
+        except ValueError as e:
+            raise ConfigError(str(self.path), f"not a dynamic broker config file: {e}") from None
         brokers = obj.get("brokers") if isinstance(obj, dict) else None
-        if obj.get("version") != 1 or not isinstance(brokers, dict):
-            raise ValueError(f"{self.path}: not a dynamic broker config file")
+        if not isinstance(brokers, dict) or obj.get("version") != 1:
+            raise ConfigError(str(self.path), "not a dynamic broker config file")
         out: dict[str, dict[str, str]] = {}
         for entity, config in brokers.items():
             if not isinstance(config, dict) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in config.items()
             ):
-                raise ValueError(f"{self.path}: the configs of {entity!r} are not strings")
+                raise ConfigError(str(self.path), f"the configs of {entity!r} are not strings")
             out[str(entity)] = dict(config)
         return out
 
