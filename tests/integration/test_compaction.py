@@ -288,7 +288,10 @@ def test_sigkill_at_chosen_steps_of_the_clean_reads_before_or_after(tmp_path):
 
         for kill in range(SWAP_KILLS):
             at_step = kill % 3 != 2
-            burst = [
+            # Keys written once (their only value lives on in the cleaned part of the log,
+            # so a clean that lost old segments would lose them), then many updates of 40 keys.
+            burst = [(b"once-%02d-%02d" % (kill, i), b"only") for i in range(20)]
+            burst += [
                 (b"k%02d" % rng.randrange(40), b"%d-%d-" % (kill, i) + b"z" * 80)
                 for i in range(1500)
             ]
