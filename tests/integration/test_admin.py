@@ -222,6 +222,15 @@ def test_authorized_operations_without_authorizer_are_all_of_them(broker, unique
         TopicCollection([topic]), include_authorized_operations=True
     ).values()
     assert {op.name for op in desc.result(10).authorized_operations} == TOPIC_OPERATIONS
+    # DescribeGroups too (librdkafka's describe_consumer_groups)
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka import TopicPartition as TP
+
+    group = f"ops-group-{unique}"
+    offsets = ConsumerGroupTopicPartitions(group, [TP(topic, 0, 0)])
+    a.alter_consumer_group_offsets([offsets])[group].result(10)
+    (g,) = a.describe_consumer_groups([group], include_authorized_operations=True).values()
+    assert {op.name for op in g.result(10).authorized_operations} == {"READ", "DESCRIBE", "DELETE"}
     # kafka-python's DescribeCluster and Metadata with authorized operations
     k = kp_admin(broker.bootstrap)
     try:

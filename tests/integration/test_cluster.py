@@ -480,3 +480,13 @@ def test_dynamic_broker_configs_live_in_zookeeper_and_reach_every_broker(
     assert json.loads(own) == {"version": 1, "config": {"log.cleaner.backoff.ms": "1234"}}
     paths = {ch["entity_path"] for ch in changes}
     assert {"brokers/<default>", f"brokers/{ids[1]}"} <= paths
+
+    # A restarted broker reads both from ZooKeeper before it starts its parts.
+    second.restart()
+    after = described(second, ids[1])
+    assert (after["log.retention.ms"].value, after["log.retention.ms"].source) == (
+        "5400000",
+        default_source,
+    )
+    assert after["log.cleaner.backoff.ms"].value == "1234"
+    assert "dynamic broker configs: " in second.log_since_start()
