@@ -246,6 +246,60 @@ def test_metadata_hides_what_the_principal_may_not_describe(broker: SecureBroker
     assert "visible-new" not in admin_of(broker).list_topics(timeout=20).topics
 
 
+def test_authorized_operations_are_what_the_acls_allow(broker: SecureBroker) -> None:
+    """Metadata and DescribeCluster asked for authorized operations answer the ones the
+    principal's ACLs allow (implied ones included), as Kafka's authorizedOperations does."""
+    from confluent_kafka import TopicCollection
+
+    create_topics(broker, "opsacl-1")
+    create_acls(
+        admin_of(broker),
+        binding(ResourceType.TOPIC, "opsacl-1", "User:bob", AclOperation.WRITE),
+        binding(ResourceType.TOPIC, "opsacl-", "User:bob", AclOperation.ALTER_CONFIGS,
+                pattern=ResourcePatternType.PREFIXED),
+    )  # fmt: skip
+
+    def ops(user: str) -> tuple[set[str], set[str]]:
+        a = admin_of(broker, user)
+        cluster = a.describe_cluster(include_authorized_operations=True).result(20)
+        (f,) = a.describe_topics(
+            TopicCollection(["opsacl-1"]), include_authorized_operations=True
+        ).values()
+        topic = f.result(20)
+        return (
+            # (librdkafka gives None for an empty field; kafka-python below tells them apart)
+            {o.name for o in cluster.authorized_operations or ()},
+            {o.name for o in topic.authorized_operations},
+        )
+
+    cluster_ops, topic_ops = ops("bob")
+    assert topic_ops == {"WRITE", "DESCRIBE", "ALTER_CONFIGS", "DESCRIBE_CONFIGS"}
+    assert cluster_ops == set()  # no DESCRIBE on the cluster: none at all, as Kafka
+    cluster_acls = [
+        binding(ResourceType.BROKER, "kafka-cluster", "User:bob", op)
+        for op in (AclOperation.DESCRIBE, AclOperation.IDEMPOTENT_WRITE)
+    ]
+    create_acls(admin_of(broker), *cluster_acls)
+    try:
+        assert ops("bob")[0] == {"DESCRIBE", "IDEMPOTENT_WRITE"}
+    finally:
+        admin = admin_of(broker)
+        for f in admin.delete_acls(
+            [AclBindingFilter(b.restype, b.name, b.resource_pattern_type, b.principal, b.host,
+                              b.operation, b.permission_type) for b in cluster_acls]
+        ).values():  # fmt: skip
+            f.result(30)
+    # the super user has everything
+    cluster_ops, topic_ops = ops("admin")
+    assert len(cluster_ops) == 7 and len(topic_ops) == 8
+    # kafka-python's DescribeCluster agrees
+    k = kafka.admin.KafkaAdminClient(**kp_conf(broker, "bob"))
+    try:
+        assert k.describe_cluster()["authorized_operations"] == []
+    finally:
+        k.close()
+
+
 # --------------------------------------------------------------------------- groups
 
 

@@ -55,6 +55,13 @@ from tierlog.security.principal import ANONYMOUS, KafkaPrincipal
 from tierlog.server.broker_metrics import BrokerMetrics
 from tierlog.server.client_quotas import ClientQuotas, ClientQuotaStore
 from tierlog.server.console_view import ConsoleView
+from tierlog.server.dynamic_broker_config import (
+    DEFAULT_ENTITY,
+    DynamicBrokerConfig,
+    DynamicConfigStore,
+    LocalDynamicConfigStore,
+    ZkDynamicConfigStore,
+)
 from tierlog.server.group_config_store import GROUP_CONFIGS_FILE, load_group_configs
 from tierlog.server.handlers.consumer_group import current_topics
 from tierlog.server.kafka_apis import BrokerEndpoint, KafkaApis
@@ -112,6 +119,7 @@ class Broker:
         #: The cluster (None without zookeeper.connect: a single node).
         self.zk: KafkaZkClient | None = None
         self.zk_broker: ZkBroker | None = None
+        self.dynamic_config: DynamicBrokerConfig | None = None
         self.controller: KafkaController | None = None
         self._isr_task: asyncio.Task[None] | None = None
         self._hw_task: asyncio.Task[None] | None = None
@@ -183,6 +191,15 @@ class Broker:
             if zk_credentials is not None and self.zk is not None:
                 await asyncio.to_thread(zk_credentials.start, self.zk)
                 self._zk_credentials = zk_credentials
+        # Dynamic broker configs (AlterConfigs on the broker) apply from the start, as Kafka's.
+        store: DynamicConfigStore = (
+            ZkDynamicConfigStore(self.zk)
+            if self.zk is not None
+            else LocalDynamicConfigStore.in_log_dir(c.log_dirs[0])
+        )
+        dynamic = DynamicBrokerConfig(c, store)
+        c = await asyncio.to_thread(dynamic.initialize)
+        self.dynamic_config = dynamic
         lm = LogManager(
             c.log_dirs,
             c.log_config(),
@@ -293,11 +310,14 @@ class Broker:
             endpoints=endpoints,
             authorizer=authorizer,
             client_quotas=client_quotas,
+            dynamic_config=dynamic,
         )
         tc = self._start_transaction_coordinator(self.apis, zk_broker)
+        self._register_reconfigurables(dynamic, lm, tiered)
         if zk_broker is not None:
             zk_broker.on_partition_change(functools.partial(coordinator_follows, tc))
             await self._join_cluster(zk_broker, rm, gc)
+            self._watch_dynamic_configs(dynamic)
         if c.console_listener is not None:
             await self._start_console(c.console_listener, endpoints, authorizer)
         threading.Thread(target=_preload_schemas, name="preload-schemas", daemon=True).start()
@@ -375,6 +395,57 @@ class Broker:
         if zk_broker is None:
             load_local_transaction_state(apis, tc)
         return tc
+
+    def _register_reconfigurables(
+        self, dynamic: DynamicBrokerConfig, lm: LogManager, tiered: TieredStorage | None
+    ) -> None:
+        """What a dynamic config change applies to (Kafka's ``Reconfigurable`` parts)."""
+
+        def log_defaults(old: KafkaConfig, new: KafkaConfig) -> None:
+            if new.log_config() != old.log_config():
+                lm.reconfigure_default_log_config(new.log_config())
+
+        def cleaner(old: KafkaConfig, new: KafkaConfig) -> None:
+            if new.cleaner_config() != old.cleaner_config():
+                lm.reconfigure_cleaner(new.cleaner_config())
+
+        def remote_quotas(old: KafkaConfig, new: KafkaConfig) -> None:
+            if tiered is None:
+                return
+            rlm = tiered.rlm
+            rlm.copy_quota.update_rate(new.remote_log_manager_copy_max_bytes_per_second)
+            rlm.fetch_quota.update_rate(new.remote_log_manager_fetch_max_bytes_per_second)
+
+        def handlers(old: KafkaConfig, new: KafkaConfig) -> None:
+            if self.apis is not None:
+                self.apis.config = new
+
+        dynamic.add_reconfigurable("the log defaults", log_defaults)
+        dynamic.add_reconfigurable("the log cleaner", cleaner)
+        dynamic.add_reconfigurable("the remote log quotas", remote_quotas)
+        dynamic.add_reconfigurable("the request handlers", handlers)
+
+    def _watch_dynamic_configs(self, dynamic: DynamicBrokerConfig) -> None:
+        """Apply what any broker writes to ``/config/brokers/<default>`` and
+        ``/config/brokers/<this id>`` (watch callbacks run on kazoo's thread)."""
+        from tierlog.cluster.zk_data import config_broker_path, decode_topic_config
+
+        assert self.zk is not None
+        loop = asyncio.get_running_loop()
+        for entity in (DEFAULT_ENTITY, dynamic.broker_entity):
+            path = config_broker_path(entity)
+
+            def changed(
+                data: bytes | None, _version: int | None, entity: str = entity, path: str = path
+            ) -> None:
+                try:
+                    config = decode_topic_config(data, path)
+                except ValueError as e:
+                    log.error("unreadable dynamic broker config: %s", e)
+                    return
+                loop.call_soon_threadsafe(dynamic.update, entity, config)
+
+            self.zk.watch_data(path, changed)
 
     def _start_metrics(self, c: KafkaConfig) -> BrokerMetrics:
         """Serve ``/metrics`` on ``metrics.port`` (the first listener's host, else loopback)

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from tierlog.security.acl_checks import BrokerAuthorizer
     from tierlog.security.credential_store import ScramCredentialStore
     from tierlog.server.client_quotas import ClientQuotas
+    from tierlog.server.dynamic_broker_config import DynamicBrokerConfig
     from tierlog.server.kafka_config import KafkaConfig
     from tierlog.server.producer_id_manager import ProducerIdManager
     from tierlog.server.replica_manager import ReplicaManager
@@ -160,8 +161,11 @@ class KafkaApis:
         endpoints: Mapping[str, BrokerEndpoint] | None = None,
         authorizer: BrokerAuthorizer | None = None,
         client_quotas: ClientQuotas | None = None,
+        dynamic_config: DynamicBrokerConfig | None = None,
     ) -> None:
         self.config = config
+        #: Dynamic broker configs (AlterConfigs on the BROKER resource); None: read-only.
+        self.dynamic_config = dynamic_config
         self.log_manager = log_manager
         self.replica_manager = replica_manager
         self.group_coordinator = group_coordinator

@@ -513,8 +513,8 @@ class ConfigEntry:
 
     name: str
     value: str | None  # None for sensitive configs and unset configs
-    source: str  # DEFAULT_CONFIG | STATIC_BROKER_CONFIG
-    read_only: bool  # tierlog has no dynamic broker configs: always True
+    source: str  # DEFAULT_CONFIG | STATIC_BROKER_CONFIG (dynamic sources: dynamic_broker_config)
+    read_only: bool  # True here; dynamic_broker_config clears it for the dynamic configs
     sensitive: bool
     config_type: str  # Kafka's ConfigType name: INT, LONG, BOOLEAN, STRING, LIST, ...
     documentation: str

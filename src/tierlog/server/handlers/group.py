@@ -27,12 +27,14 @@ from tierlog.errors import (
     UnstableOffsetCommit,
 )
 from tierlog.security.acl_checks import (
+    AUTHORIZED_OPERATIONS_OMITTED,
+    authorized_operations,
     cluster_error,
     group_error,
     topic_error,
     transactional_id_error,
 )
-from tierlog.security.authorizer import AclOperation
+from tierlog.security.authorizer import AclOperation, ResourceType
 from tierlog.server.handlers._build import build
 from tierlog.server.kafka_apis import response_class
 from tierlog.server.offset_store import ensure_offsets_topic_in_cluster
@@ -58,7 +60,6 @@ DELETE_GROUPS = 42
 
 COORDINATOR_KEY_GROUP = 0
 COORDINATOR_KEY_TRANSACTION = 1
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 
 def _ms(v: Any) -> int:
@@ -525,6 +526,7 @@ def handle_describe_groups(apis: KafkaApis, ev: Request) -> Any:
     req = ev.request
     cls = response_class(DESCRIBE_GROUPS, ev.api_version)
     gc = apis.group_coordinator
+    include_ops = bool(getattr(req, "include_authorized_operations", False))
     groups = []
     for group_id in req.groups:
         denied = group_error(apis, AclOperation.DESCRIBE, group_id)
@@ -564,7 +566,11 @@ def handle_describe_groups(apis: KafkaApis, ev: Request) -> Any:
                     }
                     for m, i, c, h, md, a in d.members
                 ],
-                "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+                "authorized_operations": (
+                    authorized_operations(apis, ResourceType.GROUP, group_id)
+                    if include_ops and not d.error_code
+                    else AUTHORIZED_OPERATIONS_OMITTED
+                ),
             }
         )
     return build(cls, {"throttle_time": 0, "groups": groups})
