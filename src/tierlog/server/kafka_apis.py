@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from tierlog.cluster.controller import KafkaController
     from tierlog.cluster.zk_admin import ZkAdminManager
     from tierlog.cluster.zk_broker import ZkBroker
+    from tierlog.cluster.zk_data import BrokerInfo
     from tierlog.coordinator.group.group_coordinator import GroupCoordinator
     from tierlog.coordinator.transaction import TransactionCoordinator
     from tierlog.log.log_config import LogConfig
@@ -277,12 +278,16 @@ class KafkaApis:
         info = self.log_manager.topic(name)
         return None if info is None else info.config
 
-    def broker_endpoint(self, broker_id: int) -> BrokerEndpoint | None:
-        """A live broker's address for clients: the other broker's listener of the same name
-        as the one the request came in on (else this broker's first advertised listener's)."""
+    def broker_endpoint(
+        self, broker_id: int, info: BrokerInfo | None = None
+    ) -> BrokerEndpoint | None:
+        """A live broker's address for clients (or ``info``'s): the other broker's listener of
+        the same name as the one the request came in on (else this broker's first advertised
+        listener's)."""
         if self.cluster is None:
             return self.endpoint if broker_id == self.node_id else None
-        info = self.cluster.metadata.brokers.get(broker_id)
+        if info is None:
+            info = self.cluster.metadata.brokers.get(broker_id)
         if info is None:
             return None
         listener = self.listener_name or self.config.advertised_listeners[0].listener_name
@@ -297,6 +302,18 @@ class KafkaApis:
         out = []
         for b in self.cluster.metadata.alive_broker_ids():
             e = self.broker_endpoint(b)
+            if e is not None:
+                out.append(e)
+        return out
+
+    def listed_brokers(self) -> list[BrokerEndpoint]:
+        """The brokers of a Metadata response: the live ones, and for a moment those that
+        left (:meth:`~tierlog.cluster.metadata_cache.MetadataCache.listed_brokers`)."""
+        if self.cluster is None:
+            return [self.endpoint]
+        out = []
+        for b, info in sorted(self.cluster.metadata.listed_brokers().items()):
+            e = self.broker_endpoint(b, info)
             if e is not None:
                 out.append(e)
         return out

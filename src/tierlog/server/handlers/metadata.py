@@ -48,11 +48,13 @@ METADATA = 3
 DESCRIBE_CLUSTER = 60
 
 
-def _brokers(apis: KafkaApis) -> list[dict[str, Any]]:
+def _brokers(apis: KafkaApis, *, listed: bool = False) -> list[dict[str, Any]]:
+    """The live brokers; ``listed``: Metadata's list, where a broker that just left stays a
+    moment (see :mod:`tierlog.cluster.metadata_cache`)."""
     return [
         {"node_id": e.node_id, "broker_id": e.node_id, "host": e.host, "port": e.port,
          "rack": e.rack}
-        for e in apis.alive_brokers()
+        for e in (apis.listed_brokers() if listed else apis.alive_brokers())
     ]  # fmt: skip
 
 
@@ -288,7 +290,7 @@ def handle_metadata(apis: KafkaApis, ev: Request) -> Any:
         cls,
         {
             "throttle_time": 0,
-            "brokers": _brokers(apis),
+            "brokers": _brokers(apis, listed=True),
             "cluster_id": apis.cluster_id,
             "controller_id": apis.controller_id,
             "topics": topics,
