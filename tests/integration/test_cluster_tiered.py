@@ -538,3 +538,43 @@ def test_reassignment_of_a_tiered_partition_moves_only_its_local_part(
         60,
     )
     assert _consume_all(c.bootstrap, topic, 400) == list(enumerate(values))
+
+
+def test_remote_ls_and_verify_over_the_wire(env: tuple[Cluster, RemoteStore]) -> None:
+    """``tierlog remote ls/verify --bootstrap-server`` read the topic and its remote log
+    metadata from the running cluster (no log dir at hand) and agree with the offline form
+    run on a broker's own dirs; a dead address is a clear error and exit 3."""
+    import json as json_
+    import subprocess
+    import sys
+
+    c, _store = env
+    topic = f"wire-{uuid.uuid4().hex[:8]}"
+    _tiered_topic(c, topic)
+    _produce(c.bootstrap, topic, _values("t", 300))
+    _wait_tiered_everywhere(c, topic, 300)
+    rsm = [o for o in c.brokers[1].overrides if o.startswith("rsm.config.")]
+    args = [a for o in rsm for a in ("--override", o)]
+
+    def cli(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "tierlog.cli", "remote", *argv],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=c.brokers[1].workdir.parent,  # not a broker's dir: nothing local to read
+        )
+
+    ls = cli("ls", topic, "--json", "--bootstrap-server", c.bootstrap, *args)
+    assert ls.returncode == 0, ls.stderr
+    assert f"reading broker {c.bootstrap}" in ls.stderr
+    wire = [p for p in json_.loads(ls.stdout) if p["current"]]
+    offline = [p for p in remote_ls(c.brokers[1], topic) if p["current"]]
+    assert [s["segment_id"] for p in wire for s in p["segments"]] == [
+        s["segment_id"] for p in offline for s in p["segments"]
+    ]
+    assert sum(len(p["segments"]) for p in wire) >= 8
+    verify_ = cli("verify", topic, "--bootstrap-server", c.bootstrap, *args)
+    assert verify_.returncode == 0, verify_.stdout + verify_.stderr
+    dead = cli("ls", topic, "--bootstrap-server", "127.0.0.1:1", *args)
+    assert dead.returncode == 3 and "cannot read from 127.0.0.1:1" in dead.stderr, dead.stderr

@@ -64,7 +64,8 @@ def add_subcommands(sub: SubParsers) -> None:
     p = sub.add_parser(
         "remote",
         help="inspect and check a topic's remote (tiered) storage",
-        description="Read the broker's log dirs and remote storage (no broker connection).",
+        description="Read the broker's log dirs and remote storage (no broker connection), "
+        "or with --bootstrap-server the remote log metadata of a running broker or cluster.",
     )
     rsub = p.add_subparsers(dest="remote_command", required=True, metavar="COMMAND")
     ls = rsub.add_parser("ls", help="list a topic's remote segments")
@@ -83,6 +84,14 @@ def add_subcommands(sub: SubParsers) -> None:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", "-c", type=Path, metavar="FILE", help="the broker's properties")
+    p.add_argument(
+        "--bootstrap-server",
+        "-b",
+        metavar="HOST:PORT[,...]",
+        help="read the topic and __remote_log_metadata over the Kafka protocol from a running "
+        "broker or cluster instead of the log dirs (the remote store still comes from "
+        "--config/--override rsm.config.*)",
+    )
     p.add_argument(
         "--override",
         action="append",
@@ -171,10 +180,50 @@ def _metadata_values(log_dirs: Iterable[Path]) -> Iterator[bytes]:
                     next_offset = max(next_offset, header.last_offset + 1)
 
 
+def _wire_metadata(
+    bootstrap: str, topic: str
+) -> tuple[dict[str, tuple[uuid.UUID, int]], list[bytes]]:
+    """``({topic: (topic id, partitions)}, every __remote_log_metadata event value)`` read
+    from a running broker or cluster: Metadata, then Fetch of each metadata partition from
+    its log start to its high watermark (committed events only), through its leader."""
+    from tierlog.records.default_records import iter_records
+    from tierlog.spark.fetch_client import EARLIEST_TIMESTAMP, READ_UNCOMMITTED, KafkaClient
+    from tierlog.tiered.remote_log_metadata_manager import REMOTE_LOG_METADATA_TOPIC_NAME
+
+    name = REMOTE_LOG_METADATA_TOPIC_NAME
+    values: list[bytes] = []
+    with KafkaClient(bootstrap, client_id="tierlog-remote-cli") as client:
+        topics = client.metadata([topic, name])
+        registry = {
+            t.name: (t.topic_id, len(t.partitions))
+            for t in topics.values()
+            if t.name == topic and t.topic_id is not None
+        }
+        meta = topics.get(name)
+        for part in meta.partitions if meta is not None else ():
+            tp = (name, part.partition)
+            pos = client.list_offsets({tp: EARLIEST_TIMESTAMP}, isolation_level=READ_UNCOMMITTED)[
+                tp
+            ][0]
+            while True:
+                fetched = client.fetch(
+                    name, part.partition, pos, max_wait_ms=0, isolation_level=READ_UNCOMMITTED
+                )
+                nxt = pos
+                for header, records in iter_records(fetched.records):
+                    nxt = max(nxt, header.last_offset + 1)
+                    values += [bytes(r.value) for r in records if r.offset >= pos and r.value]
+                if nxt == pos or nxt >= fetched.high_watermark:
+                    break
+                pos = nxt
+    return registry, values
+
+
 def load_histories(
-    log_dirs: Iterable[Path], topic: str
+    log_dirs: Iterable[Path], topic: str, values: Iterable[bytes] | None = None
 ) -> dict[TopicIdPartition, PartitionHistory]:
-    """Replay the metadata events of ``topic`` (every topic id it ever had)."""
+    """Replay the metadata events of ``topic`` (every topic id it ever had), from the log
+    dirs' ``__remote_log_metadata`` or from ``values``."""
     from tierlog.errors import CorruptMetadataError
     from tierlog.tiered import metadata_serde
     from tierlog.tiered.remote_log_segment_metadata import (
@@ -184,7 +233,7 @@ def load_histories(
     )
 
     out: dict[TopicIdPartition, PartitionHistory] = {}
-    for value in _metadata_values(list(log_dirs)):
+    for value in _metadata_values(list(log_dirs)) if values is None else values:
         try:
             tp = metadata_serde.peek_topic_id_partition(value)
             if tp is None or tp.topic != topic:
@@ -230,18 +279,16 @@ def _context(args: argparse.Namespace, err: TextIO, *, reads_store: bool) -> _Co
     except ConfigError as e:
         print(f"tierlog remote: config error: {e}", file=err)
         return 2
-    log_dirs = [Path(d).resolve() for d in config.log_dirs]
+    bootstrap = getattr(args, "bootstrap_server", None)
+    log_dirs = [] if bootstrap else [Path(d).resolve() for d in config.log_dirs]
     unset = "rsm.config.uri" not in {f"rsm.config.{k}" for k in config.rsm_config}
     how = (
         " (rsm.config.uri unset: the default ./data/remote of the current directory)"
         if unset
         else ""
     )
-    print(
-        f"tierlog remote: reading log dirs {', '.join(map(str, log_dirs))} and remote "
-        f"storage {rsm.uri}{how}",
-        file=err,
-    )
+    where = f"broker {bootstrap}" if bootstrap else f"log dirs {', '.join(map(str, log_dirs))}"
+    print(f"tierlog remote: reading {where} and remote storage {rsm.uri}{how}", file=err)
     missing_dirs = [d for d in log_dirs if not d.is_dir()]
     if missing_dirs:
         print(
@@ -251,14 +298,29 @@ def _context(args: argparse.Namespace, err: TextIO, *, reads_store: bool) -> _Co
         )
         return 2
     store_missing = rsm.is_local and not Path(rsm.root).is_dir()
-    registry = _registry(log_dirs)
     target: str = args.target
     topic, partition = target, None
-    if target not in registry:
-        head, sep, tail = target.rpartition("-")
-        if sep and tail.isdigit() and (head in registry or _seen(log_dirs, head)):
-            topic, partition = head, int(tail)
-    histories = load_histories(log_dirs, topic)
+    wire_values: list[bytes] | None = None
+    if bootstrap:
+        from tierlog.errors import ApiError
+
+        try:
+            registry, wire_values = _wire_metadata(bootstrap, target)
+            if target not in registry:
+                head, sep, tail = target.rpartition("-")
+                if sep and tail.isdigit():
+                    topic, partition = head, int(tail)
+                    registry, wire_values = _wire_metadata(bootstrap, head)
+        except (ApiError, OSError) as e:
+            print(f"tierlog remote: cannot read from {bootstrap}: {e}", file=err)
+            return 3
+    else:
+        registry = _registry(log_dirs)
+        if target not in registry:
+            head, sep, tail = target.rpartition("-")
+            if sep and tail.isdigit() and (head in registry or _seen(log_dirs, head)):
+                topic, partition = head, int(tail)
+    histories = load_histories(log_dirs, topic, wire_values)
     current = registry.get(topic)
     if not histories and current is None:
         print(f"tierlog remote: unknown topic {topic}", file=err)
