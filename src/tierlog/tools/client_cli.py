@@ -303,7 +303,11 @@ def _produce(args: argparse.Namespace, lines: Iterable[str] | None = None) -> in
         if err is not None:
             errors.append(str(err))
 
-    for line in lines if lines is not None else sys.stdin:
+    from tierlog.tools.progress import progress
+
+    source = lines if lines is not None else sys.stdin
+    # A bulk produce (a file piped in) shows its records going out on a terminal's stderr.
+    for line in progress(source, total=None, desc=f"producing to {args.topic}", unit="records"):
         line = line.rstrip("\n")
         key: bytes | None = None
         value = line

@@ -1,5 +1,5 @@
 """Progress bars of the slow commands (``remote verify`` of thousands of segments,
-``dump-log`` of big files), with tqdm on stderr.
+``dump-log`` of big files, a bulk ``produce``), with tqdm on stderr.
 
 A bar shows only when stderr is a terminal (tqdm's ``disable=None``), so pipes, files and
 tests get the same output as before, and never mixes into stdout.
