@@ -52,6 +52,7 @@ from tierlog.security.channel_builder import build_channel_builders
 from tierlog.security.client_security import PLAINTEXT, ClientSecurity, inter_broker_security
 from tierlog.security.credential_store import CredentialStore, ScramCredentialStore
 from tierlog.security.principal import ANONYMOUS, KafkaPrincipal
+from tierlog.server import cluster_tiering
 from tierlog.server.broker_metrics import BrokerMetrics
 from tierlog.server.client_quotas import ClientQuotas, ClientQuotaStore
 from tierlog.server.console_view import ConsoleView
@@ -82,7 +83,6 @@ if TYPE_CHECKING:
     from tierlog.cluster.cluster_link import PartitionChange
     from tierlog.cluster.controller import KafkaController
     from tierlog.cluster.kafka_zk_client import KafkaZkClient
-    from tierlog.cluster.metadata_cache import TopicMetadata
     from tierlog.cluster.partition import Partition
     from tierlog.cluster.zk_broker import ZkBroker
     from tierlog.security.acl_checks import BrokerAuthorizer
@@ -238,9 +238,14 @@ class Broker:
             if zk_broker is None:
                 await asyncio.to_thread(tiered.start)
             else:
-                await asyncio.to_thread(tiered.start, *await self._cluster_metadata_publisher())
+                assert self.zk is not None
+                publisher, num = await cluster_tiering.cluster_metadata_publisher(
+                    self.zk, zk_broker, c.node_id, c.remote_log_metadata_topic_num_partitions
+                )
+                self.metadata_publisher = publisher
+                await asyncio.to_thread(tiered.start, publisher, num)
                 zk_broker.fetchers.tier_state_machine = functools.partial(
-                    _rebuild_from_remote_storage, tiered
+                    cluster_tiering.rebuild_from_remote_storage, tiered
                 )
         rm = ReplicaManager(
             lm,
@@ -618,71 +623,6 @@ class Broker:
         self.zk_broker = zk_broker
         return zk_broker
 
-    async def _cluster_metadata_publisher(self) -> tuple[ClusterMetadataPublisher, int]:
-        """Tiered storage in a cluster reaches the replicated ``__remote_log_metadata``
-        through its leaders; its partition count is the topic's when it exists."""
-        from tierlog.cluster.broker_client import BrokerClient
-        from tierlog.server.cluster_metadata_publisher import ClusterMetadataPublisher
-
-        zk, zk_broker = self.zk, self.zk_broker
-        assert zk is not None and zk_broker is not None
-        node = self.config.node_id
-        md = zk_broker.metadata
-
-        def leader_of(partition: int) -> int:
-            found = md.leader(REMOTE_LOG_METADATA_TOPIC_NAME, partition)
-            return -1 if found is None else found[0]
-
-        self.metadata_publisher = ClusterMetadataPublisher(
-            leader_of,
-            zk_broker.broker_address,
-            lambda: BrokerClient(f"tierlog-broker-{node}-rlmm"),
-            asyncio.get_running_loop(),
-        )
-        existing = await asyncio.to_thread(
-            zk.get_topic_assignments, [REMOTE_LOG_METADATA_TOPIC_NAME]
-        )
-        a = existing.get(REMOTE_LOG_METADATA_TOPIC_NAME)
-        num = self.config.remote_log_metadata_topic_num_partitions
-        if a is not None:
-            num = len(a.partitions)
-        return self.metadata_publisher, num
-
-    def _tiered_follows(self, tiered: TieredStorage, zk_broker: ZkBroker) -> None:
-        """Tiered storage takes the roles the controller gives this broker (leaders copy and
-        expire, followers track the highest remote offset), and drops deleted topics."""
-        from tierlog.tiered.remote_log_segment_metadata import TopicIdPartition
-
-        def role(change: PartitionChange, p: Partition | None) -> None:
-            if change.topic_id is None:
-                return
-            tiered_topic = (
-                p.log.remote_log_enabled
-                if p is not None
-                else change.configs.get("remote.storage.enable", "").lower() == "true"
-            )
-            if tiered_topic:
-                tp = TopicIdPartition(change.topic_id, change.topic, change.partition)
-                tiered.partition_changed(tp, None if p is None else p.is_leader)
-
-        def topic(t: TopicMetadata, deleted: bool) -> None:
-            if t.topic_id is None:
-                return
-            if deleted:
-                tiered.topic_deleted_in_cluster(
-                    t.name, t.topic_id, len(t.partitions), controller=self._controller_active()
-                )
-                return
-            rm = self.replica_manager
-            for index in t.partitions:
-                p = rm.get_partition(t.name, index) if rm is not None else None
-                if p is not None and p.log.remote_log_enabled:
-                    tp = TopicIdPartition(t.topic_id, t.name, index)
-                    tiered.partition_changed(tp, p.is_leader)
-
-        zk_broker.on_partition_change(role)
-        zk_broker.on_topic_change(topic)
-
     async def _join_cluster(
         self, zk_broker: ZkBroker, rm: ReplicaManager, gc: GroupCoordinator
     ) -> None:
@@ -716,7 +656,9 @@ class Broker:
 
         zk_broker.on_partition_change(coordinator_follows)
         if self.tiered is not None:
-            self._tiered_follows(self.tiered, zk_broker)
+            cluster_tiering.follow_roles(
+                self.tiered, zk_broker, lambda: self.replica_manager, self._controller_active
+            )
         await zk_broker.start()
         if self.tiered is not None and self.apis is not None and self.apis.admin is not None:
             from tierlog.server.cluster_metadata_publisher import (
@@ -861,22 +803,6 @@ class Broker:
             # Last: closing the session removes the registration, which tells the controller.
             await asyncio.to_thread(self.zk.close)
         log.info("tierlog broker stopped cleanly in %.2fs", time.monotonic() - t0)
-
-
-async def _rebuild_from_remote_storage(
-    tiered: TieredStorage, p: Partition, leader_local_log_start: int, leader_log_start: int
-) -> None:
-    """The replica fetchers' tier state machine: a follower below its leader's local log
-    rebuilds its log from remote metadata (in a thread: remote storage blocks)."""
-    from tierlog.tiered.remote_log_segment_metadata import TopicIdPartition
-    from tierlog.tiered.tier_state_machine import build_remote_log_aux_state
-
-    if p.topic_id is None:
-        raise ValueError(f"{p} has no topic id")
-    tp = TopicIdPartition(p.topic_id, p.topic, p.index)
-    await asyncio.to_thread(
-        build_remote_log_aux_state, tiered.rlm, tp, p.log, leader_local_log_start, leader_log_start
-    )
 
 
 def _listener_endpoints(c: KafkaConfig, bound: list[tuple[str, int]]) -> dict[str, BrokerEndpoint]:
