@@ -508,7 +508,13 @@ def test_an_acl_created_on_one_broker_is_enforced_by_the_others(
         c1 = wire.WireClient(cluster.brokers[one].bootstrap)
         c3 = wire.WireClient(cluster.brokers[three].bootstrap)
         try:
-            assert wire.produce(c2, "guarded", [0], batch) == {0: 0}
+            # The leader learns of its leadership from ZooKeeper a moment after the broker
+            # that answered the metadata: NOT_LEADER_OR_FOLLOWER until then, as a client sees.
+            wait_for(
+                "the leader to take the produce",
+                lambda: wire.produce(c2, "guarded", [0], batch) == {0: 0},
+                timeout=30,
+            )
             # DENY WRITE (4) for User:ANONYMOUS through broker 1
             assert _create_acl_v3(c1, "guarded", "User:ANONYMOUS", 4, 2) == 0
             wait_for(
