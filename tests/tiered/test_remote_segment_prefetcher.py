@@ -33,8 +33,10 @@ def world(tmp_path):
     w.close()
 
 
-def use_prefetcher(w: World, **kw: int) -> RemoteSegmentPrefetcher:
-    p = RemoteSegmentPrefetcher(w.rsm, block_size=BLOCK, **kw)
+def use_prefetcher(w: World, **kw: float) -> RemoteSegmentPrefetcher:
+    """A prefetcher of 1 KiB blocks; blocks even from this fast (file://) store unless told."""
+    kw.setdefault("direct_below_s", 0.0)
+    p = RemoteSegmentPrefetcher(w.rsm, block_size=BLOCK, **kw)  # type: ignore[arg-type]
     w.rlm.prefetcher = p
     return p
 
@@ -122,6 +124,25 @@ def test_blocks_held_never_exceed_max_bytes(world: World) -> None:
         offset = list(iter_headers(info.records))[-1].next_offset
     p.close()
     assert p._held == 0
+
+
+def test_a_store_faster_than_direct_below_is_read_range_by_range(world: World) -> None:
+    end = world.log.local_log_start_offset
+    plain = world.remote_bytes(0, end, max_bytes=1500)
+    use_prefetcher(world)
+    assert world.remote_bytes(0, end, max_bytes=1500) == plain  # blocks
+    p = use_prefetcher(world, direct_below_s=3600.0)
+    world.rsm.clear()
+    assert world.remote_bytes(0, end, max_bytes=1500) == plain
+    reads = world.rsm.events_of(EventType.FETCH_SEGMENT)
+    # the first read learns the store's latency from its blocks; every later one is direct:
+    # one ranged read of its own range, nothing ahead, nothing held for it
+    first_blocks = p.blocks_read
+    assert first_blocks >= 1
+    direct = reads[first_blocks:]
+    assert len(direct) > 10
+    assert any(e.start_position % BLOCK for e in direct)
+    assert p.blocks_read == first_blocks
 
 
 @pytest.mark.parametrize(
