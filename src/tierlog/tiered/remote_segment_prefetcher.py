@@ -120,7 +120,12 @@ class RemoteSegmentPrefetcher:
             for k in [k for k in st.blocks if k < first]:
                 del st.blocks[k]  # behind the reader: a sequential consumer is past them
                 self._held -= 1
-            wanted = [(k, self._block(md, st, k)) for k in range(first, last + 1)]
+            # A segment's first read (nothing of it held or read before) is one ranged read
+            # of exactly its range, as without the prefetcher (a cold read costs one indexes
+            # read + one data read); the blocks ahead start from the one holding ``end``.
+            cold = not st.last_read and all(k not in st.blocks for k in range(first, last + 1))
+            wanted = [] if cold else [(k, self._block(md, st, k)) for k in range(first, last + 1)]
+            ahead_first = (n_blocks if end == size else end // bs) if cold else last + 1
             if st.last_read:
                 elapsed = max(now - st.last_read, 1e-4)
                 sample = (end - start) / elapsed
@@ -128,11 +133,14 @@ class RemoteSegmentPrefetcher:
             st.last_read = now
             if st.rate and self._latency:
                 st.depth = min(self.max_depth, math.ceil(st.rate * self._latency / bs) + 1)
-            ahead = range(last + 1, last + 1 + st.depth)
-            for k in ahead:
-                if k < n_blocks:
-                    self._block(md, st, k)
-            overflow = max(0, last + st.depth - (n_blocks - 1))
+            for k in range(ahead_first, min(ahead_first + st.depth, n_blocks)):
+                self._block(md, st, k)
+            overflow = max(0, ahead_first + st.depth - n_blocks)
+        if cold:
+            t0 = time.monotonic()
+            data = self._rsm.fetch_log_segment(md, start, end - 1)
+            self._observe((time.monotonic() - t0) * bs / max(len(data), 1))
+            return data, overflow
         parts = []
         for k, fut in wanted:
             data = self._result(md, k, fut)
