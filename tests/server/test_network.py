@@ -334,3 +334,49 @@ def test_tls_writes_go_in_pieces_small_parts_coalesced():
         # no more pieces than needed plus one per big part boundary
         total = sum(map(len, parts))
         assert len(t.writes) <= -(-total // _TLS_WRITE_CHUNK) + len(parts)
+
+
+def test_responses_larger_than_the_socket_takes_leave_whole_in_order_and_before_the_close():
+    """Answers of ~4.5 MB each to a client that does not read yet: what the socket does not
+    take waits (uncopied) in the connection's queue, past WRITE_BUFFER_HIGH the connection
+    stops reading, and the EOF's close waits until every byte has left."""
+    import uuid
+
+    from tierlog.server.handlers._build import build
+    from tierlog.server.network import WRITE_BUFFER_HIGH
+
+    cls = load_response_schema(3, 12)
+    topics = [
+        {"error_code": 0, "name": f"t{i:06d}" + "x" * 200, "topic_id": uuid.UUID(int=i),
+         "is_internal": False, "partitions": [], "topic_authorized_operations": -2**31}
+        for i in range(20_000)
+    ]  # fmt: skip
+    big = build(cls, {"throttle_time": 0, "brokers": [], "cluster_id": "c",
+                      "controller_id": 0, "topics": topics})  # fmt: skip
+
+    def handler(ev, host, principal=None, listener=None):
+        return api_versions_response(ev.api_version) if ev.api_key == 18 else big
+
+    async def main():
+        server, port = await _serve(handler)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"".join(encode(_metadata(), i) for i in range(1, 7)))
+        writer.write(encode(_api_versions(), 7))
+        writer.write_eof()
+        await _until(lambda: len(server.connections) == 1)
+        (conn,) = server.connections
+        await _until(lambda: conn._pending_bytes > WRITE_BUFFER_HIGH)
+        assert conn._writing_paused  # no more requests taken while that much waits
+        got = []
+        for _ in range(6):
+            cid, resp = decode(await asyncio.wait_for(_read_frame(reader), 30), 3, 12)
+            got.append((cid, len(resp.topics), resp.topics[-1].name))
+        last = decode(await asyncio.wait_for(_read_frame(reader), 30), 18, 3)[0]
+        rest = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+        await server.stop()
+        return got, last, rest
+
+    got, last, rest = asyncio.run(main())
+    assert got == [(i, 20_000, "t019999" + "x" * 200) for i in range(1, 7)]
+    assert (last, rest) == (7, b"")

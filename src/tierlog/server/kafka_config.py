@@ -364,6 +364,9 @@ _BROKER_ONLY: tuple[BrokerConfigDef, ...] = (
     _d("remote.log.reader.threads", "int", 10, _min(1), "Threads serving remote reads."),
     _d("remote.log.reader.max.pending.tasks", "int", 100, _min(1),
        "Remote reads queued before new ones are rejected."),
+    _d("remote.log.reader.prefetch.max.bytes", "long", 64 << 20, _min(0),
+       "tierlog: remote segment data read ahead of sequential consumers in parallel 1 MiB "
+       "ranged reads, at most this much held (0: one ranged read per fetch, no read-ahead)."),
     _d("remote.log.manager.copier.thread.pool.size", "int", 10, _min(1),
        "Threads copying segments to remote storage."),
     _d("remote.log.manager.expiration.thread.pool.size", "int", 10, _min(1),
@@ -734,6 +737,7 @@ class KafkaConfig:
         self.remote_log_manager_task_interval_ms: int = get("remote.log.manager.task.interval.ms")
         self.remote_log_reader_threads: int = get("remote.log.reader.threads")
         self.remote_log_reader_max_pending_tasks: int = get("remote.log.reader.max.pending.tasks")
+        self.remote_log_reader_prefetch_max_bytes: int = get("remote.log.reader.prefetch.max.bytes")
         self.remote_log_manager_copier_thread_pool_size: int = get(
             "remote.log.manager.copier.thread.pool.size"
         )

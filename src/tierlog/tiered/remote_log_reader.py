@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, TypeVar
 
 from tierlog.errors import (
@@ -72,6 +73,7 @@ from tierlog.tiered.remote_index_cache import RemoteIndexCache
 from tierlog.tiered.remote_log_metadata_manager import RemoteLogMetadataManager
 from tierlog.tiered.remote_log_segment_metadata import RemoteLogSegmentMetadata, TopicIdPartition
 from tierlog.tiered.remote_log_segment_state import RemoteLogSegmentState
+from tierlog.tiered.remote_segment_prefetcher import RemoteSegmentPrefetcher
 from tierlog.tiered.storage.remote_storage_manager import RemoteStorageManager
 
 if TYPE_CHECKING:
@@ -297,6 +299,7 @@ class RemoteLogReads:
     rsm: RemoteStorageManager
     rlmm: RemoteLogMetadataManager
     index_cache: RemoteIndexCache
+    prefetcher: RemoteSegmentPrefetcher | None
     metrics: RemoteStorageMetrics
     fetch_quota: TokenBucket
     _reader: RemoteLogReader
@@ -349,11 +352,16 @@ class RemoteLogReads:
             )
         while md is not None:
             try:
-                info = self._read_segment(md, fi)
+                info, overflow = self._read_segment(md, fi)
             except RemoteStorageError as e:
                 if e.segment is None:  # the object the broker's error log names
                     e.segment = str(md.remote_log_segment_id)
                 raise
+            if overflow and self.prefetcher is not None:
+                # The read-ahead runs past this segment: start on the next one.
+                nxt = self._next_segment(tp, lg, md)
+                if nxt is not None:
+                    self.prefetcher.prefetch(nxt, overflow, partial(self._warm_indexes, nxt))
             if info is not None:
                 if fi.isolation_level == READ_COMMITTED:
                     aborted = self.collect_aborted_transactions(
@@ -400,13 +408,22 @@ class RemoteLogReads:
 
     def _read_segment(
         self, md: RemoteLogSegmentMetadata, fi: RemoteStorageFetchInfo
-    ) -> FetchDataInfo | None:
+    ) -> tuple[FetchDataInfo | None, int]:
+        """The read of ``fi`` in ``md`` (None: no batch reaches the offset), and how many
+        blocks the prefetcher wants read from the next segment."""
         size = md.segment_size_in_bytes
+        prefetcher = self.prefetcher
         for attempt in (1, 2):
             with self.index_cache.get_index_entry(md) as entry:
                 floor, nxt, after = entry.position_bounds(fi.fetch_offset)
             start, end = read_range(floor, nxt, after, size, max(fi.max_bytes, 0))
-            data = self.rsm.fetch_log_segment(md, start, end - 1) if end > start else b""
+            overflow = 0
+            if end <= start:
+                data = b""
+            elif prefetcher is not None:
+                data, overflow = prefetcher.fetch(md, start, end)
+            else:
+                data = self.rsm.fetch_log_segment(md, start, end - 1)
             try:
                 info = slice_batches(
                     data, start, fi.fetch_offset, fi.max_bytes, fi.min_one_message, md
@@ -416,14 +433,20 @@ class RemoteLogReads:
                         f"offset {fi.fetch_offset} not found in bytes [{start}, {end}) of "
                         f"{md.remote_log_segment_id}: inconsistent offset index"
                     )
-                return info
+                return info, overflow
             except RemoteStorageError:
+                if prefetcher is not None:
+                    prefetcher.forget(md.remote_log_segment_id)
                 if attempt == 2:
                     raise
                 # Maybe a bad cached index (positions that do not match the data): drop it and
                 # try once more with indexes fetched afresh.
                 self.index_cache.remove(md.remote_log_segment_id.id)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _warm_indexes(self, md: RemoteLogSegmentMetadata) -> None:
+        with self.index_cache.get_index_entry(md):
+            pass
 
     def _next_segment(
         self, tp: TopicIdPartition, lg: Log, md: RemoteLogSegmentMetadata

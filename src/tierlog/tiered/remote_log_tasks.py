@@ -57,6 +57,9 @@ class RemoteLogManagerConfig:
     remote_log_manager_task_interval_ms: int = 30_000
     remote_log_reader_threads: int = 10
     remote_log_reader_max_pending_tasks: int = 100
+    #: tierlog: blocks of remote data read ahead in parallel (remote_segment_prefetcher); 0
+    #: (here): one ranged read per read; the broker's default turns it on.
+    remote_log_reader_prefetch_max_bytes: int = 0
     remote_log_manager_copier_thread_pool_size: int = 10
     remote_log_manager_expiration_thread_pool_size: int = 10
     remote_fetch_max_wait_ms: int = 500
