@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tierlog.log.log import Log
 from tierlog.log.transaction_index import AbortedTxn, AbortedTxnFilter
 from tierlog.records import RecordBatchBuilder
@@ -15,7 +17,16 @@ from tierlog.records.default_records import read_records
 from tierlog.records.record_batch import DELETE_HORIZON_FLAG_MASK
 
 from .conftest import Clock
-from .test_log_cleaner import append, batches, clean_once, compact_config, records
+from .test_log_cleaner import (
+    CRASH_CONFIG,
+    Crash,
+    append,
+    batches,
+    clean_once,
+    compact_config,
+    records,
+)
+from .test_log_cleaner import file_ops as file_ops  # the crash fixture
 from .test_log_cleaner import offset_table as offset_table  # both paths: C and Python
 from .test_transactions import marker
 
@@ -227,3 +238,64 @@ def test_cleaned_marker_is_a_valid_control_batch(open_log, clock: Clock) -> None
     assert h.is_control_batch and h.is_transactional and h.attributes & DELETE_HORIZON_FLAG_MASK
     m = read_end_txn_marker(raw, h)
     assert m is not None and m.is_commit
+
+
+def _fill_with_transactions(log: Log, clock: Clock) -> None:
+    """Segments of one cleaning group holding committed and aborted transactions, the
+    markers of the first ones in other segments than their data."""
+    for i in range(6):
+        append(log, [(b"k%d" % j, b"plain-%d-%d" % (i, j)) for j in range(4)], clock.now)
+        txn(log, 7, [(b"k%d" % i, b"ABORTED-%d" % i)], clock.now, seq=i)
+        txn(log, 8, [(b"k%d" % (i + 1), b"c-%d" % i)], clock.now, seq=i)
+        log.roll()
+        end(log, 7, commit=False)
+        end(log, 8, commit=True)
+    log.roll()
+
+
+def _state(log_dir: Path, clock: Clock) -> tuple[object, ...]:
+    log = Log.open(log_dir, compact_config(**CRASH_CONFIG), time_ms=clock)
+    try:
+        return (
+            records(log),
+            read_committed(log),
+            log.collect_aborted_transactions(0, log.log_end_offset),
+            log.last_stable_offset == log.log_end_offset,
+        )
+    finally:
+        log.close()
+
+
+def test_crash_at_every_file_operation_with_transactions(
+    tmp_path: Path, clock: Clock, file_ops
+) -> None:
+    reference = tmp_path / "ref" / "my-topic-0"
+    log = Log.open(reference, compact_config(**CRASH_CONFIG), time_ms=clock)
+    _fill_with_transactions(log, clock)
+    log.close()
+    before = _state(reference, clock)
+    log = Log.open(reference, compact_config(**CRASH_CONFIG), time_ms=clock)
+    ops = file_ops(None)
+    clean_once(log, clock.now)
+    file_ops(None)
+    total = len(ops)
+    log.close()
+    after = _state(reference, clock)
+    assert b"ABORTED" not in b"".join(p.read_bytes() for p in reference.glob("*.log"))
+    assert after[1] == before[1] and after[0] != before[0] and after[3]
+
+    outcomes = set()
+    for n in range(1, total + 1):
+        log_dir = tmp_path / f"crash{n}" / "my-topic-0"
+        log = Log.open(log_dir, compact_config(**CRASH_CONFIG), time_ms=clock)
+        _fill_with_transactions(log, clock)
+        image = tmp_path / f"image{n}" / "my-topic-0"
+        file_ops(n, log_dir, image)
+        with pytest.raises(Crash):
+            clean_once(log, clock.now)
+        file_ops(None)
+        log.segments.close()
+        got = _state(image, clock)
+        assert got in (before, after), f"crash at operation {n} ({ops[n - 1]})"
+        outcomes.add("after" if got == after else "before")
+    assert outcomes == {"before", "after"}
