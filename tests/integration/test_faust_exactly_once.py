@@ -166,9 +166,12 @@ def open_transaction_on_totals(b: BrokerProcess) -> bool:
         c.close()
 
 
-def pause_in_open_transaction(b: BrokerProcess, worker: Worker) -> None:
+def pause_in_open_transaction(
+    b: BrokerProcess, worker: Worker, expected: collections.Counter[str], rng: random.Random
+) -> None:
     """Stop the worker (SIGSTOP) at a moment its transaction holds output records not yet
-    committed, so that what happens next happens to that open transaction."""
+    committed, so that what happens next happens to that open transaction (more words are
+    sent whenever the worker has caught up)."""
     deadline = time.monotonic() + 60
     while True:
         assert worker.proc.poll() is None, f"faust exited:\n{worker.tail()}"
@@ -177,6 +180,10 @@ def pause_in_open_transaction(b: BrokerProcess, worker: Worker) -> None:
             return
         worker.proc.send_signal(signal.SIGCONT)
         assert time.monotonic() < deadline, f"no open transaction seen:\n{worker.tail()}"
+        if committed(b, GROUP, "words") == sum(expected.values()):
+            more = [rng.choice(WORDS) for _ in range(500)]
+            send_words(b, more)
+            expected.update(more)
         time.sleep(0.05)
 
 
@@ -193,7 +200,7 @@ def test_faust_exactly_once_across_broker_and_worker_kills(tmp_path: Path) -> No
             # The worker dies in the middle of a transaction: the next one with the same
             # transactional id aborts it (InitProducerId) and starts from the committed offset.
             wait_until("counting under way", lambda: committed(b, GROUP, "words") > 0, worker)
-            pause_in_open_transaction(b, worker)
+            pause_in_open_transaction(b, worker, expected, rng)
             worker.proc.kill()
             worker.proc.wait()
             worker = Worker(tmp_path, b.bootstrap, guarantee="exactly_once")
@@ -208,7 +215,7 @@ def test_faust_exactly_once_across_broker_and_worker_kills(tmp_path: Path) -> No
                 lambda: committed(b, GROUP, "words") > total - len(batch),
                 worker,
             )
-            pause_in_open_transaction(b, worker)
+            pause_in_open_transaction(b, worker, expected, rng)
             b.kill()
             b.start()
             worker.proc.send_signal(signal.SIGCONT)
