@@ -40,10 +40,11 @@ WORDS = [f"word{i:02d}" for i in range(30)]
 class Worker:
     """``faust worker`` of the word count app in a child process, its output in a file."""
 
-    def __init__(self, workdir: Path, bootstrap: str) -> None:
+    def __init__(self, workdir: Path, bootstrap: str, guarantee: str = "at_least_once") -> None:
         self.out = workdir / "worker.log"
         env = dict(os.environ)
         env["WORDCOUNT_BROKER"] = bootstrap
+        env["WORDCOUNT_GUARANTEE"] = guarantee
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
         self.start_offset = self.out.stat().st_size if self.out.exists() else 0
         with open(self.out, "ab") as out:
