@@ -258,6 +258,15 @@ def guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespa
             text = err.str() if isinstance(err, KafkaError) else str(err)
             print(f"{name}: {text}", file=sys.stderr)
             return EXIT_FAILED
+        except TimeoutError:
+            # A request future not answered within --request-timeout-ms (librdkafka had not
+            # yet given up on the connection itself): no broker answered either.
+            print(
+                f"{name}: no broker answered at {args.bootstrap_server}: no answer within "
+                f"{int(_timeout['s'] * 1000)} ms",
+                file=sys.stderr,
+            )
+            return EXIT_UNREACHABLE
         except KeyboardInterrupt:
             return EXIT_INTERRUPTED
 
