@@ -238,7 +238,11 @@ def test_wiped_follower_rejoins_from_the_leaders_local_start(
         rebuilt,
         leader_local,
     )
-    assert _local_bytes(c, follower, topic) <= _local_bytes(c, leader, topic) + SEGMENT_BYTES
+    wait_for(
+        "the rebuilt replica's local part no larger than the leader's and a segment",
+        lambda: _local_bytes(c, follower, topic) <= _local_bytes(c, leader, topic) + SEGMENT_BYTES,
+        60,
+    )
     log = c.brokers[follower].log_since_start()
     assert any(f"{topic}-0 rebuilt from remote segment" in line for line in log.splitlines()), log[
         -3000:
