@@ -21,10 +21,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-from bench_broker import tierlog_broker
+from bench.bench_broker import tierlog_broker  # noqa: E402
+from confluent_kafka import Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 RECORD = b"x" * 100
 
