@@ -30,10 +30,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
-from tests.integration import wire
-from tests.integration.security_support import KEYSTORE_PASSWORD, SecureBroker, make_pki
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from tests.integration import wire  # noqa: E402
+from tests.integration.security_support import KEYSTORE_PASSWORD, SecureBroker, make_pki  # noqa: E402
 
 RECORD_SIZE = 100
 USER, PASSWORD = "bench", "bench-secret"
