@@ -509,6 +509,17 @@ class ZkBroker:
         return pm.state.controller_epoch if pm is not None and pm.state is not None else 0
 
     def expand_isr(self, partition: Partition, replica_id: int) -> None:
+        t = self.metadata.topic(partition.topic)
+        pm = t.partitions.get(partition.index) if t is not None else None
+        if t is not None and (
+            replica_id in t.removing.get(partition.index, ())
+            or (pm is not None and replica_id not in pm.replicas)
+        ):
+            # KIP-455: a replica a reassignment removes (or has removed) never rejoins the ISR
+            # (its fetcher may still fetch until it learns it is gone); else the ISR would
+            # hold a replica that is not one.
+            partition.isr_change_pending = False
+            return
         log.info("follower %d caught up with %s: adding it to the ISR", replica_id, partition)
         isr = partition.isr | {replica_id}
         partition.propose_isr(isr)  # counted for the high watermark from now on (KIP-497)
