@@ -339,14 +339,11 @@ class GroupMetadataManager:
 
     # ================================================================== offsets
 
-    async def store_offsets(
-        self,
-        group: GroupMetadata | ConsumerGroup,
-        offsets: dict[TopicPartition, tuple[int, int, str | None]],
-    ) -> dict[TopicPartition, int]:
-        """Store offsets (topic, partition) -> (offset, leader epoch, metadata) of a group
-        whose commit was validated: an error code per partition (OFFSET_METADATA_TOO_LARGE
-        for oversized metadata). Answers after the store is durable."""
+    def _offset_records(
+        self, group_id: str, offsets: dict[TopicPartition, tuple[int, int, str | None]]
+    ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, CommittedOffset], list[Record]]:
+        """The records of an offset commit (plain or transactional): OFFSET_METADATA_TOO_LARGE
+        per oversized partition, the offsets to keep, and their records."""
         now = self._time_ms()
         results: dict[TopicPartition, int] = {}
         valid: dict[TopicPartition, CommittedOffset] = {}
@@ -357,8 +354,19 @@ class GroupMetadataManager:
                 results[tp] = OffsetMetadataTooLarge.error_code
                 continue
             valid[tp] = CommittedOffset(offset, leader_epoch, md, now)
-            key = OffsetCommitKey(group.group_id, tp[0], tp[1]).encode()
+            key = OffsetCommitKey(group_id, tp[0], tp[1]).encode()
             records.append((key, OffsetCommitValue(offset, leader_epoch, md, now).encode()))
+        return results, valid, records
+
+    async def store_offsets(
+        self,
+        group: GroupMetadata | ConsumerGroup,
+        offsets: dict[TopicPartition, tuple[int, int, str | None]],
+    ) -> dict[TopicPartition, int]:
+        """Store offsets (topic, partition) -> (offset, leader epoch, metadata) of a group
+        whose commit was validated: an error code per partition (OFFSET_METADATA_TOO_LARGE
+        for oversized metadata). Answers after the store is durable."""
+        results, valid, records = self._offset_records(group.group_id, offsets)
         if records:
             try:
                 await self._append(
@@ -382,18 +390,7 @@ class GroupMetadataManager:
         """TxnOffsetCommit: store offsets in the producer's transaction (a transactional
         batch); they become committed when the transaction commits. An error code per
         partition, as :meth:`store_offsets`."""
-        now = self._time_ms()
-        results: dict[TopicPartition, int] = {}
-        valid: dict[TopicPartition, CommittedOffset] = {}
-        records: list[Record] = []
-        for tp, (offset, leader_epoch, metadata) in offsets.items():
-            md = metadata or ""
-            if _java_length(md) > self._metadata_max:
-                results[tp] = OffsetMetadataTooLarge.error_code
-                continue
-            valid[tp] = CommittedOffset(offset, leader_epoch, md, now)
-            key = OffsetCommitKey(group.group_id, tp[0], tp[1]).encode()
-            records.append((key, OffsetCommitValue(offset, leader_epoch, md, now).encode()))
+        results, valid, records = self._offset_records(group.group_id, offsets)
         if records:
 
             def pend() -> None:

@@ -354,12 +354,14 @@ def handle_leave_group(apis: KafkaApis, ev: Request) -> Any:
 # --------------------------------------------------------------------------- offsets
 
 
-def handle_offset_commit(apis: KafkaApis, ev: Request) -> Any:
-    req = ev.request
-    cls = response_class(OFFSET_COMMIT, ev.api_version)
+def commit_request_offsets(
+    topics: Any,
+) -> tuple[dict[tuple[str, int], tuple[int, int, str | None]], list[tuple[str, list[int]]]]:
+    """The offsets of an (Txn)OffsetCommit request, (topic, partition) -> (offset, leader
+    epoch, metadata), and its topics' partitions in request order (for the response)."""
     offsets: dict[tuple[str, int], tuple[int, int, str | None]] = {}
     order: list[tuple[str, list[int]]] = []
-    for t in req.topics:
+    for t in topics:
         idx = []
         for p in t.partitions:
             offsets[(t.name, p.partition_index)] = (
@@ -369,6 +371,13 @@ def handle_offset_commit(apis: KafkaApis, ev: Request) -> Any:
             )
             idx.append(p.partition_index)
         order.append((t.name, idx))
+    return offsets, order
+
+
+def handle_offset_commit(apis: KafkaApis, ev: Request) -> Any:
+    req = ev.request
+    cls = response_class(OFFSET_COMMIT, ev.api_version)
+    offsets, order = commit_request_offsets(req.topics)
 
     def response(codes: dict[tuple[str, int], int]) -> Any:
         return build(

@@ -34,6 +34,7 @@ from tierlog.security.acl_checks import (
 )
 from tierlog.security.authorizer import AclOperation
 from tierlog.server.handlers._build import build
+from tierlog.server.handlers.group import commit_request_offsets
 from tierlog.server.kafka_apis import response_class
 from tierlog.server.replica_manager import GROUP_METADATA_TOPIC_NAME
 
@@ -252,18 +253,7 @@ def handle_txn_offset_commit(apis: KafkaApis, ev: Request) -> Any:
     req = ev.request
     version = ev.api_version
     cls = response_class(TXN_OFFSET_COMMIT, version)
-    offsets: dict[tuple[str, int], tuple[int, int, str | None]] = {}
-    order: list[tuple[str, list[int]]] = []
-    for t in req.topics:
-        idx = []
-        for p in t.partitions:
-            offsets[(t.name, p.partition_index)] = (
-                p.committed_offset,
-                getattr(p, "committed_leader_epoch", -1),
-                p.committed_metadata,
-            )
-            idx.append(p.partition_index)
-        order.append((t.name, idx))
+    offsets, order = commit_request_offsets(req.topics)
 
     def answer(codes: dict[tuple[str, int], int]) -> Any:
         return build(
