@@ -92,6 +92,9 @@ class ZkBroker:
         self._watched_topics: set[str] = set()
         #: Serialises topic-list changes: each reads ZooKeeper in threads, in order.
         self._topics_lock = asyncio.Lock()
+        #: Serializes broker-list refreshes: two reads of /brokers/ids in flight at once
+        #: could apply in the wrong order and leave a dead broker listed as live.
+        self._brokers_lock = asyncio.Lock()
         self._closed = False
         self._shutting_down = False
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -242,9 +245,12 @@ class ZkBroker:
     # ----------------------------------------------------------------- brokers, controller
 
     async def _refresh_brokers(self) -> None:
-        brokers = await asyncio.to_thread(self.zk.get_all_brokers)
-        before = set(self.metadata.brokers)
-        self.metadata.set_brokers(brokers)
+        """Read /brokers/ids and apply it. One refresh at a time, each reading after the
+        previous one applied, so the last applied list is the newest read."""
+        async with self._brokers_lock:
+            brokers = await asyncio.to_thread(self.zk.get_all_brokers)
+            before = set(self.metadata.brokers)
+            self.metadata.set_brokers(brokers)
         if set(brokers) != before:
             log.info("live brokers: %s", sorted(brokers))
 
