@@ -61,11 +61,14 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
-from tests.broker_process import BrokerProcess
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-from tierlog.tools.zookeeper_server import ZooKeeperServer, available
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from tests.broker_process import BrokerProcess  # noqa: E402
+
+from tierlog.tools.zookeeper_server import ZooKeeperServer, available  # noqa: E402
 
 SESSION_TIMEOUT_MS = 6000
 MB = 1e6

@@ -15,7 +15,9 @@ Prints ``name: value unit (ratio vs baseline)`` per backend:
 * produce + tier everything: the records' bytes over the wall clock from the first produce
   to the last local segment deleted after its COPY_SEGMENT_FINISHED (200 ms task interval).
 
-``BENCH_QUICK=1``: 200,000 records of 100 bytes instead of 1,000,000.
+``BENCH_QUICK=1``: 200,000 records of 100 bytes instead of 1,000,000. ``BENCH_PREFETCH_BYTES=0``:
+the broker's ``remote.log.reader.prefetch.max.bytes`` (default: the broker's, parallel block
+reads ahead on; 0: one ranged read per fetch, as before the read-ahead).
 """
 
 from __future__ import annotations
@@ -88,6 +90,11 @@ class Broker:
             "remote.log.manager.task.interval.ms=200",
             "log.retention.check.interval.ms=200",
             "remote.log.metadata.topic.num.partitions=3",
+            *(
+                [f"remote.log.reader.prefetch.max.bytes={os.environ['BENCH_PREFETCH_BYTES']}"]
+                if "BENCH_PREFETCH_BYTES" in os.environ
+                else []
+            ),
             "offsets.topic.num.partitions=3",
             *overrides,
         ]

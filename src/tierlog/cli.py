@@ -8,9 +8,12 @@ does not pay for the broker's imports) and returns the exit code.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,9 +22,27 @@ def main(argv: list[str] | None = None) -> int:
     return int(args.run(args))
 
 
+EXIT_CODES = """exit codes:
+  0    success
+  1    the operation failed: Kafka answered with an error (an unknown topic or group, a
+       group with members, a failed remote read), or a check found a problem (dump-log,
+       remote verify)
+  2    bad arguments or configuration
+  3    no broker answered (client commands: unreachable, or the request timed out)
+  130  interrupted (Ctrl-C)"""
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from tierlog import __version__
+
     parser = argparse.ArgumentParser(
-        prog="tierlog", description="A Kafka-compatible streaming log with tiered storage."
+        prog="tierlog",
+        description="A Kafka-compatible streaming log with tiered storage.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"tierlog {__version__}", help="print the version"
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_version(sub)
@@ -113,7 +134,14 @@ def _add_dump_log(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "(flagging entries that do not match the log), producer snapshots, transaction "
         "indexes and checkpoints. Exit code 1 when a file is missing or inconsistent.",
     )
-    p.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    p.add_argument(
+        "files",
+        nargs="+",
+        type=Path,
+        metavar="FILE",
+        help=".log, .index, .timeindex, .txnindex, .snapshot, checkpoint files, or a remote "
+        "segment's .indexes object",
+    )
     p.add_argument(
         "--print-data",
         "--print-data-log",
@@ -166,17 +194,29 @@ def _add_scram(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser(
         "scram",
         help="manage SCRAM credentials offline (the first user, before the broker runs)",
-        description="SCRAM credentials in <first log dir>/scram-credentials. Only the salted, "
-        "iterated keys are stored, never the password. A running broker reads the change at "
-        "its next authentication; once it runs, AlterUserScramCredentials does the same.",
+        description="SCRAM credentials in <first log dir>/scram-credentials, or with "
+        "zookeeper.connect in the broker's config in ZooKeeper's /config/users (as Kafka's "
+        "kafka-configs.sh --zookeeper writes them; every broker sees the change at once). "
+        "Only the salted, iterated keys are stored, never the password. A running broker reads "
+        "the change at its next authentication; once it runs, AlterUserScramCredentials does "
+        "the same.",
     )
     ssub = p.add_subparsers(dest="scram_command", required=True, metavar="ACTION")
     add = ssub.add_parser("add", help="add or replace a user's credential")
-    add.add_argument("--user", required=True)
+    add.add_argument("--user", required=True, help="the user name")
     add.add_argument(
-        "--mechanism", default="SCRAM-SHA-256", choices=("SCRAM-SHA-256", "SCRAM-SHA-512")
+        "--mechanism",
+        default="SCRAM-SHA-256",
+        choices=("SCRAM-SHA-256", "SCRAM-SHA-512"),
+        help="the SCRAM mechanism (default: SCRAM-SHA-256)",
     )
-    add.add_argument("--iterations", type=int, default=8192, metavar="N")
+    add.add_argument(
+        "--iterations",
+        type=int,
+        default=8192,
+        metavar="N",
+        help="PBKDF2 iterations of the salted password (default: 8192)",
+    )
     add.add_argument(
         "--password-file",
         type=Path,
@@ -186,9 +226,12 @@ def _add_scram(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     _add_log_dir_arguments(add)
     add.set_defaults(run=_run_scram_add)
     rm = ssub.add_parser("delete", help="delete a user's credential")
-    rm.add_argument("--user", required=True)
+    rm.add_argument("--user", required=True, help="the user name")
     rm.add_argument(
-        "--mechanism", default="SCRAM-SHA-256", choices=("SCRAM-SHA-256", "SCRAM-SHA-512")
+        "--mechanism",
+        default="SCRAM-SHA-256",
+        choices=("SCRAM-SHA-256", "SCRAM-SHA-512"),
+        help="the SCRAM mechanism (default: SCRAM-SHA-256)",
     )
     _add_log_dir_arguments(rm)
     rm.set_defaults(run=_run_scram_delete)
@@ -204,12 +247,32 @@ def _add_log_dir_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _credential_store(args: argparse.Namespace) -> object:
+@contextlib.contextmanager
+def _credential_store(args: argparse.Namespace) -> Iterator[Any]:
+    """The broker's credential store: its file, or ZooKeeper's ``/config/users`` when the
+    config has ``zookeeper.connect`` (the session closed when the block ends)."""
     from tierlog.security.credential_store import CredentialStore
     from tierlog.server.kafka_config import KafkaConfig
 
     config = KafkaConfig.from_file(args.config, args.override)
-    return CredentialStore.in_log_dir(config.log_dirs[0])
+    if config.zookeeper_connect is None:
+        yield CredentialStore.in_log_dir(config.log_dirs[0])
+        return
+    from tierlog.cluster.kafka_zk_client import KafkaZkClient
+    from tierlog.security.zk_credential_store import ZkCredentialStore
+
+    zk = KafkaZkClient(
+        config.zookeeper_connect,
+        session_timeout_ms=config.zookeeper_session_timeout_ms,
+        connection_timeout_ms=config.zookeeper_connection_timeout_ms,
+    )
+    zk.start()
+    try:
+        store = ZkCredentialStore()
+        store.start(zk, watch=False)
+        yield store
+    finally:
+        zk.close()
 
 
 def _read_password(args: argparse.Namespace) -> str:
@@ -225,56 +288,51 @@ def _read_password(args: argparse.Namespace) -> str:
 
 
 def _run_scram_add(args: argparse.Namespace) -> int:
-    from tierlog.errors import ConfigError
-    from tierlog.security.credential_store import CredentialStore
+    from tierlog.errors import ConfigError, ZooKeeperClientError
     from tierlog.security.scram import ScramMechanism, credential_from_password
 
     try:
-        store = _credential_store(args)
-        assert isinstance(store, CredentialStore)
         password = _read_password(args)
         if not password:
             raise ValueError("the password is empty")
         mechanism = ScramMechanism.for_name(args.mechanism)
         assert mechanism is not None
         credential = credential_from_password(mechanism, password, args.iterations)
-        store.upsert(args.user, mechanism, credential)
-    except (ConfigError, ValueError, OSError) as e:
+        with _credential_store(args) as store:
+            store.upsert(args.user, mechanism, credential)
+            where = store.path
+    except (ConfigError, ValueError, OSError, ZooKeeperClientError) as e:
         print(f"tierlog scram add: {e}", file=sys.stderr)
         return 2
-    print(f"{args.mechanism} credential of {args.user} written to {store.path}")
+    print(f"{args.mechanism} credential of {args.user} written to {where}")
     return 0
 
 
 def _run_scram_delete(args: argparse.Namespace) -> int:
-    from tierlog.errors import ConfigError
-    from tierlog.security.credential_store import CredentialStore
+    from tierlog.errors import ConfigError, ZooKeeperClientError
     from tierlog.security.scram import ScramMechanism
 
     try:
-        store = _credential_store(args)
-        assert isinstance(store, CredentialStore)
         mechanism = ScramMechanism.for_name(args.mechanism)
         assert mechanism is not None
-        if mechanism not in store.users().get(args.user, {}):
-            print(f"tierlog scram delete: no {args.mechanism} credential for {args.user}")
-            return 1
-        store.delete(args.user, mechanism)
-    except (ConfigError, ValueError, OSError) as e:
+        with _credential_store(args) as store:
+            if mechanism not in store.users().get(args.user, {}):
+                print(f"tierlog scram delete: no {args.mechanism} credential for {args.user}")
+                return 1
+            store.delete(args.user, mechanism)
+    except (ConfigError, ValueError, OSError, ZooKeeperClientError) as e:
         print(f"tierlog scram delete: {e}", file=sys.stderr)
         return 2
     return 0
 
 
 def _run_scram_list(args: argparse.Namespace) -> int:
-    from tierlog.errors import ConfigError
-    from tierlog.security.credential_store import CredentialStore
+    from tierlog.errors import ConfigError, ZooKeeperClientError
 
     try:
-        store = _credential_store(args)
-        assert isinstance(store, CredentialStore)
-        users = store.users()
-    except (ConfigError, ValueError, OSError) as e:
+        with _credential_store(args) as store:
+            users = store.users()
+    except (ConfigError, ValueError, OSError, ZooKeeperClientError) as e:
         print(f"tierlog scram list: {e}", file=sys.stderr)
         return 2
     for user, creds in sorted(users.items()):

@@ -54,6 +54,7 @@ class ConfigError(TierlogError, ValueError):
     def __init__(self, key: str, message: str) -> None:
         super().__init__(f"{key}: {message}")
         self.key = key
+        self.message = message
 
 
 # --------------------------------------------------------------------------- Kafka error codes
@@ -301,6 +302,14 @@ class InvalidTxnState(ApiError):
     description = "The producer attempted a transactional operation in an invalid state."
 
 
+class TransactionCoordinatorFenced(ApiError):
+    error_code = 52
+    description = (
+        "Indicates that the transaction coordinator sending a WriteTxnMarker is no longer "
+        "the current coordinator for a given producer."
+    )
+
+
 class InvalidConfig(ApiError):
     error_code = 40
     description = "Configuration is invalid."
@@ -344,6 +353,11 @@ class GroupIdNotFound(ApiError):
 class NonEmptyGroup(ApiError):
     error_code = 68
     description = "The group is not empty."
+
+
+class GroupSubscribedToTopic(ApiError):
+    error_code = 86
+    description = "The consumer group is actively subscribed to the topic."
 
 
 class FencedLeaderEpoch(ApiError):
@@ -485,6 +499,47 @@ class UnacceptableCredential(ApiError):
     description = "Requested credential would not meet criteria for acceptability."
 
 
+# The transaction coordinator's codes (Kafka's Errors.java).
+
+
+class InvalidProducerIdMapping(ApiError):
+    error_code = 49
+    description = (
+        "The producer attempted to use a producer id which is not currently assigned to its "
+        "transactional id."
+    )
+
+
+class InvalidTransactionTimeout(ApiError):
+    error_code = 50
+    description = (
+        "The transaction timeout is larger than the maximum value allowed by the broker (as "
+        "configured by transaction.max.timeout.ms)."
+    )
+
+
+class ConcurrentTransactions(ApiError):
+    error_code = 51
+    retriable = True
+    description = (
+        "The producer attempted to update a transaction while another concurrent operation on "
+        "the same transaction was ongoing."
+    )
+
+
+class UnstableOffsetCommit(ApiError):
+    error_code = 88
+    retriable = True
+    description = "There are unstable offsets that need to be cleared."
+
+
+class ProducerFenced(ApiError):
+    error_code = 90
+    description = (
+        "There is a newer producer with the same transactionalId which fences the current one."
+    )
+
+
 _REGISTRY: dict[int, type[ApiError]] = {}
 
 
@@ -558,11 +613,40 @@ class LogSegmentOffsetOverflowError(StorageError):
 
 
 class RemoteStorageError(TierlogError):
-    """A remote storage operation failed (Kafka's RemoteStorageException)."""
+    """A remote storage operation failed (Kafka's RemoteStorageException).
+
+    ``segment``: the remote segment id (``topic-partition:uuid``) whose read failed, set by
+    the reader when known; the broker keys its rate-limited error log on it.
+    """
+
+    segment: str | None = None
+
+    @property
+    def permanent(self) -> bool:
+        """True when retrying cannot help: the object is gone or its bytes are corrupt."""
+        return False
+
+
+class CorruptRemoteDataError(RemoteStorageError):
+    """A remote object's bytes are corrupt (a bad batch, CRC or index)."""
+
+    @property
+    def permanent(self) -> bool:
+        return True
+
+
+class RemoteDecryptionError(RemoteStorageError):
+    """A remote object cannot be decrypted: encrypted with another key, or an AES-GCM
+    authentication tag fails (the object was changed or moved), or it is encrypted and no key
+    is configured. Never retried into garbage: the read fails."""
 
 
 class RemoteResourceNotFoundError(RemoteStorageError):
     """The remote object does not exist (Kafka's RemoteResourceNotFoundException)."""
+
+    @property
+    def permanent(self) -> bool:
+        return True
 
 
 class RemoteStorageNotReadyError(RemoteStorageError):
@@ -609,6 +693,12 @@ class BrokerNotAvailableError(TierlogError, ConnectionError):
         super().__init__(f"{host}:{port}: {message}")
         self.host = host
         self.port = port
+
+
+class BrokerAuthenticationError(BrokerNotAvailableError):
+    """Another broker refused this broker's SASL login (a wrong inter-broker password, a user
+    it does not know, a mechanism it does not enable). The message names the user, the
+    mechanism and the peer's reason; the connection is closed."""
 
 
 class BrokerRequestTimeoutError(BrokerNotAvailableError, TimeoutError):

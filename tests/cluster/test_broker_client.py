@@ -380,3 +380,109 @@ def test_cancelled_request_leaves_the_connection_usable() -> None:
             assert not c.connected
 
     asyncio.run(main())
+
+
+# ------------------------------------------------------------------------------ security
+
+
+def test_sasl_and_tls_logins_and_their_failures(tmp_path: Path) -> None:
+    """PLAIN over SASL_PLAINTEXT, SCRAM over SASL_SSL; a wrong password, a mechanism the
+    listener does not enable and a CA that did not sign the broker each fail ``connect`` with
+    the reason."""
+    from tests.integration.security_support import KEYSTORE_PASSWORD, SecureBroker, make_pki
+    from tierlog.errors import BrokerAuthenticationError
+    from tierlog.security.client_security import client_security
+    from tierlog.security.credential_store import CredentialStore
+    from tierlog.security.scram import ScramMechanism, credential_from_password
+
+    pki = make_pki(tmp_path / "pki")
+    (tmp_path / "b").mkdir()
+    b = SecureBroker(
+        tmp_path / "b",
+        {"SASL_PLAINTEXT": "SASL_PLAINTEXT", "SASL_SSL": "SASL_SSL"},
+        "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config="
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'user_broker="plain-secret";',
+        "listener.name.sasl_ssl.sasl.enabled.mechanisms=SCRAM-SHA-256",
+        "listener.name.sasl_ssl.ssl.keystore.type=PKCS12",
+        f"listener.name.sasl_ssl.ssl.keystore.location={pki.server_p12}",
+        f"listener.name.sasl_ssl.ssl.keystore.password={KEYSTORE_PASSWORD}",
+        "connection.failed.authentication.delay.ms=10",
+        "connections.max.reauth.ms=2000",
+    )
+    sha256 = ScramMechanism.SCRAM_SHA_256
+    CredentialStore.in_log_dir(b.log_dir).upsert(
+        "broker", sha256, credential_from_password(sha256, "scram-secret", 4096)
+    )
+
+    def jaas(module: str, password: str) -> str:
+        return (
+            f"org.apache.kafka.common.security.{module} required "
+            f'username="broker" password="{password}";'
+        )
+
+    plain = {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN"}
+    scram = {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-256",
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(pki.ca),
+    }
+    plain_module, scram_module = "plain.PlainLoginModule", "scram.ScramLoginModule"
+
+    async def login(listener: str, conf: dict[str, str]) -> Any:
+        host, port = b.bootstrap_of(listener).split(":")
+        c = BrokerClient("tierlog-broker-9", security=client_security(conf))
+        try:
+            await c.connect(host, int(port), timeout_s=TIMEOUT)
+            return await c.request(metadata(None), timeout_s=TIMEOUT)
+        finally:
+            await c.close()
+
+    b.start()
+    try:
+        ok = {**plain, "sasl.jaas.config": jaas(plain_module, "plain-secret")}
+        assert asyncio.run(login("SASL_PLAINTEXT", ok)).brokers
+        ok = {**scram, "sasl.jaas.config": jaas(scram_module, "scram-secret")}
+        assert asyncio.run(login("SASL_SSL", ok)).brokers
+        log = b.log_since_start()
+        assert "authenticated as User:broker (SASL PLAIN)" in log
+        assert "authenticated as User:broker (SASL SCRAM-SHA-256)" in log
+
+        bad = {**scram, "sasl.jaas.config": jaas(scram_module, "wrong")}
+        with pytest.raises(BrokerAuthenticationError, match="invalid credentials") as e:
+            asyncio.run(login("SASL_SSL", bad))
+        assert "authentication as broker with SCRAM-SHA-256 failed" in str(e.value)
+        bad = {**plain, "sasl.jaas.config": jaas(plain_module, "wrong")}
+        with pytest.raises(BrokerAuthenticationError, match="with PLAIN failed"):
+            asyncio.run(login("SASL_PLAINTEXT", bad))
+        other = {**scram, "sasl.mechanism": "PLAIN", "sasl.jaas.config": jaas(plain_module, "x")}
+        with pytest.raises(BrokerAuthenticationError, match="enables SCRAM-SHA-256"):
+            asyncio.run(login("SASL_SSL", other))
+        wrong_ca = {**ok, "ssl.truststore.location": str(pki.other_ca)}
+        with pytest.raises(BrokerNotAvailableError, match="TLS handshake failed"):
+            asyncio.run(login("SASL_SSL", wrong_ca))
+
+        # KIP-368: the session lasts 2 s; the client logs in again on the same connection
+        # before a later request, so the broker never closes it
+        async def keep_using() -> int:
+            host, port = b.bootstrap_of("SASL_SSL").split(":")
+            c = BrokerClient("tierlog-broker-9", security=client_security(ok))
+            await c.connect(host, int(port), timeout_s=TIMEOUT)
+            try:
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + 60
+                while "re-authenticated as User:broker" not in b.log_since_start():
+                    assert loop.time() < deadline, "no re-authentication"
+                    assert (await c.request(metadata(None), timeout_s=TIMEOUT)).brokers
+                    await asyncio.sleep(0.2)  # the poll interval, not the oracle
+                assert c.connected
+                return int(b.log_since_start().count("re-authenticated as User:broker"))
+            finally:
+                await c.close()
+
+        assert asyncio.run(keep_using()) >= 1
+        assert "expired (re-authentication due)" not in b.log_since_start()
+    finally:
+        b.stop()

@@ -237,7 +237,9 @@ def fetcher_id(broker_id: int) -> str:
 class Cluster:
     """``n`` brokers with ids 1..n on ``zk_connect``; with ``links``, each broker's
     inter-broker listener is behind a :class:`LinkProxy` (``cluster.links[id]``); with
-    ``metrics``, each has a ``metrics.port``."""
+    ``metrics``, each has a ``metrics.port``; ``broker_class`` makes the brokers (a subclass of
+    :class:`ClusterBroker` with other listeners) and ``client_conf`` is what the helpers' admin
+    client needs to reach them (``security.protocol``, ``sasl.*``, ``ssl.*``)."""
 
     def __init__(
         self,
@@ -247,8 +249,13 @@ class Cluster:
         *overrides: str,
         links: bool = False,
         metrics: bool = False,
+        broker_class: type[ClusterBroker] | None = None,
+        client_conf: dict[str, str] | None = None,
     ) -> None:
         self.zk_connect = zk_connect
+        self.client_conf = dict(client_conf or {})
+        self.common_overrides = overrides
+        make = broker_class or ClusterBroker
         self.brokers: dict[int, ClusterBroker] = {}
         self.links: dict[int, LinkProxy] = {}
         for i in range(1, n + 1):
@@ -258,21 +265,28 @@ class Cluster:
                 link = self.links[i] = LinkProxy(
                     lambda i=i: self.brokers[i].replication_address()  # type: ignore[misc]
                 )
-            self.brokers[i] = ClusterBroker(
+            self.brokers[i] = make(
                 root / f"broker-{i}",
-                f"zookeeper.connect={zk_connect}",
-                f"broker.id={i}",
-                f"zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}",
-                f"replica.lag.time.max.ms={LAG_TIME_MAX_MS}",
-                "replica.fetch.wait.max.ms=200",
-                "replica.fetch.backoff.ms=200",
-                "group.initial.rebalance.delay.ms=0",
-                "offsets.topic.num.partitions=6",
-                "leader.imbalance.check.interval.seconds=5",
-                *overrides,
+                *self.broker_overrides(i),
                 link=link,
                 metrics=metrics,
             )
+
+    def broker_overrides(self, broker_id: int, *more: str) -> list[str]:
+        """Every override of broker ``broker_id`` of this cluster (``more`` last: they win)."""
+        return [
+            f"zookeeper.connect={self.zk_connect}",
+            f"broker.id={broker_id}",
+            f"zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}",
+            f"replica.lag.time.max.ms={LAG_TIME_MAX_MS}",
+            "replica.fetch.wait.max.ms=200",
+            "replica.fetch.backoff.ms=200",
+            "group.initial.rebalance.delay.ms=0",
+            "offsets.topic.num.partitions=6",
+            "leader.imbalance.check.interval.seconds=5",
+            *self.common_overrides,
+            *more,
+        ]
 
     def start(self) -> None:
         for b in self.brokers.values():
@@ -295,7 +309,9 @@ class Cluster:
         return ",".join(b.bootstrap for b in self.brokers.values() if b.port is not None)
 
     def admin(self) -> AdminClient:
-        return AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 5000})
+        return AdminClient(
+            {"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 5000, **self.client_conf}
+        )
 
     # ----------------------------------------------------------------- state
 

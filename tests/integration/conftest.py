@@ -100,7 +100,7 @@ class TieredEnv:
         self.faults = workdir / "faults"
         self.faults.mkdir(parents=True, exist_ok=True)
 
-    def start(self, *extra: str, faults: bool = False) -> BrokerProcess:
+    def start(self, *extra: str, faults: bool = False, metrics: bool = False) -> BrokerProcess:
         """Start (or restart, keeping port and data) the broker; ``faults`` runs it through
         tests/integration/tiered_launcher.py (fault hooks driven by files in :attr:`faults`)."""
         port = self.broker.port if self.broker is not None else None
@@ -114,6 +114,7 @@ class TieredEnv:
             port=port,
             module="tests.integration.tiered_launcher" if faults else "tierlog.cli",
             env={"TIERLOG_TEST_FAULTS": str(self.faults)} if faults else None,
+            metrics=metrics,
         )
         if self.broker is not None:
             b.starts = self.broker.starts

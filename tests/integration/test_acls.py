@@ -51,7 +51,7 @@ from tests.integration.cluster_support import Cluster, wait_for
 from tests.integration.security_support import SecureBroker
 
 AUTHORIZER = "kafka.security.authorizer.AclAuthorizer"
-USERS = {"admin": "admin-pw", "alice": "alice-pw", "bob": "bob-pw"}
+USERS = {"admin": "admin-pw", "alice": "alice-pw", "bob": "bob-pw", "opsuser": "opsuser-pw"}
 MECHANISM = "SCRAM-SHA-256"
 
 
@@ -244,6 +244,62 @@ def test_metadata_hides_what_the_principal_may_not_describe(broker: SecureBroker
     assert fresh.error is not None
     assert fresh.error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert "visible-new" not in admin_of(broker).list_topics(timeout=20).topics
+
+
+def test_authorized_operations_are_what_the_acls_allow(broker: SecureBroker) -> None:
+    """Metadata and DescribeCluster asked for authorized operations answer the ones the
+    principal's ACLs allow (implied ones included), as Kafka's authorizedOperations does."""
+    # opsuser: a principal of its own, so the WRITE granted here (which also grants
+    # IDEMPOTENT_WRITE, KIP-679) never leaks into the other tests' expectations of bob.
+    from confluent_kafka import TopicCollection
+
+    create_topics(broker, "opsacl-1")
+    create_acls(
+        admin_of(broker),
+        binding(ResourceType.TOPIC, "opsacl-1", "User:opsuser", AclOperation.WRITE),
+        binding(ResourceType.TOPIC, "opsacl-", "User:opsuser", AclOperation.ALTER_CONFIGS,
+                pattern=ResourcePatternType.PREFIXED),
+    )  # fmt: skip
+
+    def ops(user: str) -> tuple[set[str], set[str]]:
+        a = admin_of(broker, user)
+        cluster = a.describe_cluster(include_authorized_operations=True).result(20)
+        (f,) = a.describe_topics(
+            TopicCollection(["opsacl-1"]), include_authorized_operations=True
+        ).values()
+        topic = f.result(20)
+        return (
+            # (librdkafka gives None for an empty field; kafka-python below tells them apart)
+            {o.name for o in cluster.authorized_operations or ()},
+            {o.name for o in topic.authorized_operations},
+        )
+
+    cluster_ops, topic_ops = ops("opsuser")
+    assert topic_ops == {"WRITE", "DESCRIBE", "ALTER_CONFIGS", "DESCRIBE_CONFIGS"}
+    assert cluster_ops == set()  # no DESCRIBE on the cluster: none at all, as Kafka
+    cluster_acls = [
+        binding(ResourceType.BROKER, "kafka-cluster", "User:opsuser", op)
+        for op in (AclOperation.DESCRIBE, AclOperation.IDEMPOTENT_WRITE)
+    ]
+    create_acls(admin_of(broker), *cluster_acls)
+    try:
+        assert ops("opsuser")[0] == {"DESCRIBE", "IDEMPOTENT_WRITE"}
+    finally:
+        admin = admin_of(broker)
+        for f in admin.delete_acls(
+            [AclBindingFilter(b.restype, b.name, b.resource_pattern_type, b.principal, b.host,
+                              b.operation, b.permission_type) for b in cluster_acls]
+        ).values():  # fmt: skip
+            f.result(30)
+    # the super user has everything
+    cluster_ops, topic_ops = ops("admin")
+    assert len(cluster_ops) == 7 and len(topic_ops) == 8
+    # kafka-python's DescribeCluster agrees
+    k = kafka.admin.KafkaAdminClient(**kp_conf(broker, "opsuser"))
+    try:
+        assert k.describe_cluster()["authorized_operations"] == []
+    finally:
+        k.close()
 
 
 # --------------------------------------------------------------------------- groups
@@ -454,7 +510,13 @@ def test_an_acl_created_on_one_broker_is_enforced_by_the_others(
         c1 = wire.WireClient(cluster.brokers[one].bootstrap)
         c3 = wire.WireClient(cluster.brokers[three].bootstrap)
         try:
-            assert wire.produce(c2, "guarded", [0], batch) == {0: 0}
+            # The leader learns of its leadership from ZooKeeper a moment after the broker
+            # that answered the metadata: NOT_LEADER_OR_FOLLOWER until then, as a client sees.
+            wait_for(
+                "the leader to take the produce",
+                lambda: wire.produce(c2, "guarded", [0], batch) == {0: 0},
+                timeout=30,
+            )
             # DENY WRITE (4) for User:ANONYMOUS through broker 1
             assert _create_acl_v3(c1, "guarded", "User:ANONYMOUS", 4, 2) == 0
             wait_for(
@@ -537,7 +599,7 @@ def error_codes(entity: Any) -> list[int]:
         return out
     for f in dataclasses.fields(entity):
         v = getattr(entity, f.name)
-        if f.name == "error_code":
+        if f.name == "error_code" or f.name.endswith("_error_code"):
             out.append(int(v.value if hasattr(v, "value") else v))
         elif isinstance(v, tuple) or dataclasses.is_dataclass(v):
             out += error_codes(v)
@@ -592,6 +654,25 @@ MATRIX: list[tuple[str, int, int, dict[str, Any], int]] = [
      {"transactional_id": "tx", "transaction_timeout": 60_000}, 53),
     ("InitProducerId, idempotent", 22, 4,
      {"transactional_id": None, "transaction_timeout": 60_000}, 31),
+    ("WriteTxnMarkers", 27, 1, {"markers": [
+        {"producer_id": 1, "producer_epoch": 0, "transaction_result": False,
+         "coordinator_epoch": 0, "topics": [{"name": T, "partition_indexes": [99]}]}]}, 31),
+    ("AddPartitionsToTxn", 24, 3, {"v3_and_below_transactional_id": "tx",
+                                   "v3_and_below_producer_id": 1,
+                                   "v3_and_below_producer_epoch": 0,
+                                   "v3_and_below_topics": [{"name": T, "partitions": [0]}]}, 53),
+    ("AddPartitionsToTxn, verify only", 24, 4, {"transactions": [
+        {"transactional_id": "tx", "producer_id": 1, "producer_epoch": 0, "verify_only": True,
+         "topics": [{"name": T, "partitions": [0]}]}]}, 31),
+    ("AddOffsetsToTxn", 25, 3, {"transactional_id": "tx", "producer_id": 1,
+                                "producer_epoch": 0, "group_id": G}, 53),
+    ("EndTxn", 26, 3, {"transactional_id": "tx", "producer_id": 1, "producer_epoch": 0,
+                       "committed": True}, 53),
+    ("TxnOffsetCommit", 28, 3, {"transactional_id": "tx", "group_id": G, "producer_id": 1,
+                                "producer_epoch": 0, "topics": [{"name": T, "partitions": [
+                                    {"partition_index": 0, "committed_offset": 1,
+                                     "committed_metadata": ""}]}]}, 53),
+    ("DescribeTransactions", 65, 0, {"transactional_ids": ["tx"]}, 53),
     ("ElectLeaders", 43, 2, {"election_type": 0, "timeout": 30_000,
                              "topic_partitions": [{"topic": T, "partitions": [0]}]}, 31),
     ("AlterPartitionReassignments", 45, 0, {"timeout": 30_000, "topics": []}, 31),
@@ -618,7 +699,7 @@ MATRIX: list[tuple[str, int, int, dict[str, Any], int]] = [
 AUTHORIZATION_ERRORS = {29, 30, 31, 53}
 TOPIC_, GROUP_, CLUSTER_, TXN_ = 2, 3, 4, 5
 READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE = 3, 4, 5, 6, 7, 8
-DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE = 10, 11, 12
+CLUSTER_ACTION, DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE = 9, 10, 11, 12
 KC = "kafka-cluster"
 #: The literal ACLs (resource type, name, operation) Kafka requires for each row, exactly.
 NEEDS: dict[str, list[tuple[int, str, int]]] = {
@@ -645,6 +726,13 @@ NEEDS: dict[str, list[tuple[int, str, int]]] = {
     "FindCoordinator, a transactional id": [(TXN_, "tx", DESCRIBE)],
     "InitProducerId, transactional": [(TXN_, "tx", WRITE)],
     "InitProducerId, idempotent": [(CLUSTER_, KC, IDEMPOTENT_WRITE)],
+    "WriteTxnMarkers": [(CLUSTER_, KC, CLUSTER_ACTION)],
+    "AddPartitionsToTxn": [(TXN_, "tx", WRITE), (TOPIC_, T, WRITE)],
+    "AddPartitionsToTxn, verify only": [(CLUSTER_, KC, CLUSTER_ACTION)],
+    "AddOffsetsToTxn": [(TXN_, "tx", WRITE), (GROUP_, G, READ)],
+    "EndTxn": [(TXN_, "tx", WRITE)],
+    "TxnOffsetCommit": [(TXN_, "tx", WRITE), (GROUP_, G, READ), (TOPIC_, T, READ)],
+    "DescribeTransactions": [(TXN_, "tx", DESCRIBE)],
     "ElectLeaders": [(CLUSTER_, KC, ALTER)],
     "AlterPartitionReassignments": [(CLUSTER_, KC, ALTER)],
     "ListPartitionReassignments": [(CLUSTER_, KC, DESCRIBE)],

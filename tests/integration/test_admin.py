@@ -196,3 +196,49 @@ def test_list_offsets_special_and_by_timestamp(broker, unique):
         assert ko[KTP(topic, 0)].offset == 9
     finally:
         admin.close()
+
+
+CLUSTER_OPERATIONS = {
+    "CREATE", "CLUSTER_ACTION", "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE",
+    "ALTER", "DESCRIBE",
+}  # fmt: skip
+TOPIC_OPERATIONS = {
+    "READ", "WRITE", "CREATE", "DESCRIBE", "DELETE", "ALTER", "DESCRIBE_CONFIGS", "ALTER_CONFIGS",
+}  # fmt: skip
+
+
+def test_authorized_operations_without_authorizer_are_all_of_them(broker, unique):
+    """Kafka answers every operation a resource type has when no authorizer is on (and the
+    omitted marker only when not asked)."""
+    from confluent_kafka import TopicCollection
+
+    a = cf_admin(broker.bootstrap)
+    topic = f"ops-{unique}"
+    _wait(a.create_topics([NewTopic(topic, 1, 1)]))
+    cluster = a.describe_cluster(include_authorized_operations=True).result(10)
+    assert {op.name for op in cluster.authorized_operations} == CLUSTER_OPERATIONS
+    assert a.describe_cluster().result(10).authorized_operations is None
+    (desc,) = a.describe_topics(
+        TopicCollection([topic]), include_authorized_operations=True
+    ).values()
+    assert {op.name for op in desc.result(10).authorized_operations} == TOPIC_OPERATIONS
+    # DescribeGroups too (librdkafka's describe_consumer_groups)
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka import TopicPartition as TP
+
+    group = f"ops-group-{unique}"
+    offsets = ConsumerGroupTopicPartitions(group, [TP(topic, 0, 0)])
+    a.alter_consumer_group_offsets([offsets])[group].result(10)
+    (g,) = a.describe_consumer_groups([group], include_authorized_operations=True).values()
+    assert {op.name for op in g.result(10).authorized_operations} == {"READ", "DESCRIBE", "DELETE"}
+    # kafka-python's DescribeCluster and Metadata with authorized operations
+    k = kp_admin(broker.bootstrap)
+    try:
+        described = k.describe_cluster()
+        md = k._manager.run(k._get_cluster_metadata, [topic])
+    finally:
+        k.close()
+    # (kafka-python decodes the bit field into operation names)
+    assert set(described["authorized_operations"]) == CLUSTER_OPERATIONS
+    (t,) = md["topics"]
+    assert set(t["authorized_operations"]) == TOPIC_OPERATIONS

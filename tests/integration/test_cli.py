@@ -120,3 +120,42 @@ def test_serve_refuses_unknown_keys_and_bad_values(tmp_path):
         )
         assert r.returncode != 0
         assert key in r.stderr
+
+
+def test_bulk_produce_shows_progress_on_a_terminal_only(broker, unique):
+    """A bulk produce (stdin piped in) shows tqdm's bar on stderr when stderr is a terminal
+    (a pty here), and nothing of it when stderr is a pipe, so scripts see only the summary."""
+    import os
+    import pty
+
+    topic = f"bulk-{unique}"
+    lines = "".join(f"line {i}\n" for i in range(20_000))
+    controller, terminal = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tierlog.cli", "produce", topic,
+             "--bootstrap-server", broker.bootstrap],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=terminal,
+        )  # fmt: skip
+        os.close(terminal)
+        assert proc.stdin is not None
+        proc.stdin.write(lines.encode())
+        proc.stdin.close()
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # the pty closed with the process
+                break
+            if not chunk:
+                break
+            shown += chunk
+        assert proc.wait(60) == 0
+    finally:
+        os.close(controller)
+    text = shown.decode(errors="replace")
+    assert f"producing to {topic}" in text and "records" in text, text[-2000:]
+    assert "20000 records produced" in text
+    piped = tierlog(broker, "produce", topic, stdin="one more\n")
+    assert piped.returncode == 0
+    assert piped.stderr.strip() == f"1 records produced to {topic}", piped.stderr

@@ -68,7 +68,7 @@ def _produce(
         if err is not None:
             errors.append(str(err))
         else:
-            acked[msg.value()] = (msg.partition(), msg.offset())  # type: ignore[attr-defined]
+            acked[msg.value()] = (msg.partition(), msg.offset())
 
     p = _producer(bootstrap)
     for i, v in enumerate(values):
@@ -402,3 +402,91 @@ def test_deleting_and_growing_topics_reach_every_broker(cluster: Cluster) -> Non
     cluster.create_topic(topic, partitions=1, rf=3)
     acked = _produce(cluster.bootstrap, topic, [b"again"], 1)
     assert acked[b"again"] == (0, 0)
+
+
+def test_dynamic_broker_configs_live_in_zookeeper_and_reach_every_broker(
+    cluster: Cluster,
+) -> None:
+    """The cluster-wide default written through one broker is in force on every broker
+    (each watches /config/brokers/<default>); a broker's own config reaches only it; both
+    are in ZooKeeper as Kafka's ZooKeeper mode keeps them, with change notifications."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
+    from kazoo.client import KazooClient
+
+    from tests.integration import wire
+
+    ids = sorted(cluster.brokers)
+    first, second = cluster.brokers[ids[0]], cluster.brokers[ids[1]]
+    # The default ("") over the wire: librdkafka refuses a BROKER resource named "".
+    cls = wire.request_class(44, 1)
+    m = wire._module(cls)
+    c = wire.WireClient(first.bootstrap)
+    try:
+        r = c.call(cls(
+            resources=(m.AlterConfigsResource(resource_type=4, resource_name="", configs=(
+                m.AlterableConfig(name="log.retention.ms", config_operation=0,
+                                  value="5400000"),
+            )),),
+            validate_only=False,
+        ))  # fmt: skip
+    finally:
+        c.close()
+    assert r.responses[0].error_code == 0, r.responses[0].error_message
+    # The second broker's own log.cleaner.backoff.ms, through confluent-kafka (sent to it).
+    entry = ConfigEntry(
+        "log.cleaner.backoff.ms", "1234", incremental_operation=AlterConfigOpType.SET
+    )
+    res = ConfigResource(ConfigResource.Type.BROKER, str(ids[1]), incremental_configs=[entry])
+    admin = AdminClient({"bootstrap.servers": first.bootstrap})
+    admin.incremental_alter_configs([res])[res].result(30)
+
+    def described(b: BrokerProcess, broker_id: int) -> dict:
+        a = AdminClient({"bootstrap.servers": b.bootstrap})
+        r = ConfigResource(ConfigResource.Type.BROKER, str(broker_id))
+        return a.describe_configs([r])[r].result(30)
+
+    default_source = ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
+    for i in ids:
+        b = cluster.brokers[i]
+        wait_for(
+            f"the default on broker {i}",
+            lambda b=b, i=i: described(b, i)["log.retention.ms"].source == default_source,
+            30,
+        )
+        backoff = described(b, i)["log.cleaner.backoff.ms"]
+        if i == ids[1]:
+            assert (backoff.value, backoff.source) == (
+                "1234",
+                ConfigSource.DYNAMIC_BROKER_CONFIG.value,
+            )
+        else:
+            assert backoff.source != ConfigSource.DYNAMIC_BROKER_CONFIG.value
+    assert described(second, ids[1])["log.retention.ms"].value == "5400000"
+
+    hosts, _, chroot = cluster.zk_connect.partition("/")
+    zk = KazooClient(hosts=hosts)
+    zk.start(timeout=10)
+    try:
+        default, _ = zk.get(f"/{chroot}/config/brokers/<default>")
+        own, _ = zk.get(f"/{chroot}/config/brokers/{ids[1]}")
+        changes = [
+            json.loads(zk.get(f"/{chroot}/config/changes/{n}")[0])
+            for n in zk.get_children(f"/{chroot}/config/changes")
+        ]
+    finally:
+        zk.stop()
+        zk.close()
+    assert json.loads(default) == {"version": 1, "config": {"log.retention.ms": "5400000"}}
+    assert json.loads(own) == {"version": 1, "config": {"log.cleaner.backoff.ms": "1234"}}
+    paths = {ch["entity_path"] for ch in changes}
+    assert {"brokers/<default>", f"brokers/{ids[1]}"} <= paths
+
+    # A restarted broker reads both from ZooKeeper before it starts its parts.
+    second.restart()
+    after = described(second, ids[1])
+    assert (after["log.retention.ms"].value, after["log.retention.ms"].source) == (
+        "5400000",
+        default_source,
+    )
+    assert after["log.cleaner.backoff.ms"].value == "1234"
+    assert "dynamic broker configs: " in second.log_since_start()

@@ -5,6 +5,7 @@ latest acknowledged value."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import signal
 import time
@@ -226,3 +227,173 @@ def test_sigkill_while_cleaning_keeps_every_latest_acknowledged_value(tmp_path):
             assert time.monotonic() - started < 120, f"only {kill + 1} kills in 120 s"
         text = b.log_text()
         assert text.count("swapping in cleaned segment") > 0
+
+
+SWAP_KILLS = 20
+
+
+@pytest.mark.slow
+def test_sigkill_at_chosen_steps_of_the_clean_reads_before_or_after(tmp_path):
+    """20 SIGKILLs while the cleaner cleans: two in three at a chosen step of its swap (each
+    kind of step in turn -- .cleaned renamed to .swap, an old file renamed to .deleted, a
+    .deleted file removed, .swap renamed to its final name -- the 1st to 3rd of its kind,
+    tests/integration/cleaner_launcher.py: the process kills itself there), one in three at
+    a random moment while a throttled cleaner writes its .cleaned segment. After each
+    restart:
+
+    - recovery completed: the broker started, and its log names every compaction file the
+      dead process left (deleted, or its swap completed);
+    - the log reads as before or after a clean, never a mix: offsets strictly increase, every
+      record read is the one acknowledged at that offset (nothing moved, nothing invented),
+      and every key's latest acknowledged value is there, at its offset."""
+    rng = random.Random(1305)
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    topic = "swap-crash"
+    produced: dict[int, tuple[bytes, bytes]] = {}  # offset -> (key, value), acknowledged
+    b = BrokerProcess(
+        tmp_path / "broker",
+        "log.cleaner.backoff.ms=50",
+        "log.cleaner.io.max.bytes.per.second=400000",
+        module="tests.integration.cleaner_launcher",
+        env={"TIERLOG_TEST_FAULTS": str(faults)},
+    )
+    (tmp_path / "broker").mkdir()
+    b.start()
+    partition_dir = b.log_dir / f"{topic}-0"
+    outcomes: list[str] = []
+    try:
+        cf_create_topic(
+            b.bootstrap,
+            topic,
+            **{
+                "cleanup.policy": "compact",
+                "segment.bytes": "16384",
+                "min.cleanable.dirty.ratio": "0.01",
+            },
+        )
+
+        def restart(kill: int) -> None:
+            """Start again after a kill; recovery must have handled what the dead process
+            left (each leftover file named in the log since the start)."""
+            left = sorted(
+                p.name for p in partition_dir.iterdir() if p.name.endswith(_COMPACTION_SUFFIXES)
+            )
+            b.start()
+            text = b.log_since_start()
+            for name in left:
+                assert name in text or name.rsplit(".", 1)[0] in text, (
+                    f"kill {kill + 1} ({outcomes[-1]}): recovery said nothing of {name}"
+                )
+
+        for kill in range(SWAP_KILLS):
+            at_step = kill % 3 != 2
+            # Keys written once (their only value lives on in the cleaned part of the log,
+            # so a clean that lost old segments would lose them), then many updates of 40 keys.
+            burst = [(b"once-%02d-%02d" % (kill, i), b"only") for i in range(20)]
+            burst += [
+                (b"k%02d" % rng.randrange(40), b"%d-%d-" % (kill, i) + b"z" * 80)
+                for i in range(1500)
+            ]
+            if not at_step:
+                produced.update(_produce_acknowledged(b, topic, burst))
+                _wait_for(lambda: any(partition_dir.glob("*.cleaned")), 120, "no .cleaned segment")
+                time.sleep(rng.uniform(0.0, 0.5))  # a random moment of the clean
+                b.stop(signal.SIGKILL)
+                outcomes.append("random")
+                restart(kill)
+            else:
+                # Armed before the burst: the cleaner's next steps count; the broker may die
+                # while the burst is being produced (the idempotent producer delivers the
+                # rest once it is back).
+                kind = STEP_KINDS[sum(o != "random" for o in outcomes) % len(STEP_KINDS)]
+                step = rng.randrange(1, 4)
+                (faults / "kill-at-step").write_text(f"kill{kill} {kind} {step}")
+                killed: list[bool] = []
+
+                def on_death(
+                    kill: int = kill, kind: str = kind, step: int = step, killed: list = killed
+                ) -> None:
+                    b.proc.wait()
+                    what = (faults / "killed").read_text().split()
+                    assert what[:3] == [f"kill{kill}", kind, str(step)], what
+                    outcomes.append(f"{kind} {what[3]}")
+                    (faults / "kill-at-step").unlink()
+                    killed.append(True)
+                    restart(kill)
+
+                produced.update(_produce_acknowledged(b, topic, burst, on_death=on_death))
+                if not killed:
+                    _wait_for(lambda: not b.alive(), 120, f"no {kind} step {step} reached")
+                    on_death()
+            _assert_before_or_after(read_all(b, topic), produced, f"kill {kill + 1}")
+        # Every kind of step was hit (twice or more), and the random kills too.
+        hit = [o.split()[0] for o in outcomes]
+        assert all(hit.count(k) >= 2 for k in STEP_KINDS), outcomes
+        assert hit.count("random") == SWAP_KILLS // 3
+    finally:
+        if b.alive():
+            b.stop(signal.SIGKILL)
+        print(outcomes)
+
+
+_COMPACTION_SUFFIXES = (".cleaned", ".swap", ".deleted")
+STEP_KINDS = ("cleaned-to-swap", "to-deleted", "unlink-deleted", "swap-to-final")
+
+
+def _wait_for(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def _produce_acknowledged(
+    b: BrokerProcess,
+    topic: str,
+    records: list[tuple[bytes, bytes]],
+    on_death: Any = None,
+) -> dict[int, tuple[bytes, bytes]]:
+    """Produce with acks=all, idempotent; the acknowledged records by offset. When the broker
+    dies meanwhile, ``on_death()`` (which restarts it) is called once."""
+    p = Producer({"bootstrap.servers": b.bootstrap, "acks": "all", "linger.ms": 5,
+                  "enable.idempotence": True, "batch.size": 8192,
+                  "message.timeout.ms": 120_000, "reconnect.backoff.ms": 20,
+                  "reconnect.backoff.max.ms": 200})  # fmt: skip
+    acked: dict[int, tuple[bytes, bytes]] = {}
+    errors: list[Any] = []
+
+    def cb(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+        else:
+            acked[msg.offset()] = (msg.key(), msg.value())
+
+    for key, value in records:
+        p.produce(topic, key=key, value=value, partition=0, on_delivery=cb)
+        p.poll(0)
+    deadline = time.monotonic() + 150
+    while len(p) and time.monotonic() < deadline:
+        p.poll(0.05)
+        if on_death is not None and not b.alive():
+            on_death()
+            on_death = None
+    assert len(p) == 0 and not errors, (len(p), errors[:3])
+    return acked
+
+
+def _assert_before_or_after(
+    messages: list[Any], produced: dict[int, tuple[bytes, bytes]], when: str
+) -> None:
+    offsets = [m.offset() for m in messages]
+    assert all(a < b for a, b in itertools.pairwise(offsets)), f"{when}: order"
+    for m in messages:
+        assert produced.get(m.offset()) == (m.key(), m.value()), (
+            f"{when}: offset {m.offset()} reads {m.key()!r}={m.value()!r}, "
+            f"acknowledged {produced.get(m.offset())}"
+        )
+    latest_offset: dict[bytes, int] = {}
+    for offset in sorted(produced):
+        latest_offset[produced[offset][0]] = offset
+    missing = set(latest_offset.values()) - set(offsets)
+    assert not missing, f"{when}: the latest records at {sorted(missing)[:5]} are gone"

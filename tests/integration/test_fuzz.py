@@ -252,3 +252,100 @@ def test_fuzzed_frames_never_kill_the_broker(fuzz_broker):
     assert "Traceback" not in log, log[
         log.index("Traceback") - 2000 : log.index("Traceback") + 3000
     ]
+
+
+@pytest.fixture(scope="module")
+def sasl_ssl_broker(tmp_path_factory):
+    """A broker whose only listener is SASL_SSL (SCRAM-SHA-256), with one user and a topic
+    that holds 50 records written by that user."""
+    import subprocess
+    import sys
+
+    from tests.integration.security_support import KEYSTORE_PASSWORD, SecureBroker, make_pki
+
+    root = tmp_path_factory.mktemp("fuzz-sasl-ssl")
+    pki = make_pki(root / "pki")
+    b = SecureBroker(
+        root / "b",
+        {"SASL_SSL": "SASL_SSL"},
+        "sasl.enabled.mechanisms=SCRAM-SHA-256",
+        "ssl.keystore.type=PKCS12",
+        f"ssl.keystore.location={pki.server_p12}",
+        f"ssl.keystore.password={KEYSTORE_PASSWORD}",
+        "connection.failed.authentication.delay.ms=0",
+    )
+    (root / "b").mkdir(exist_ok=True)
+    (root / "pw").write_text("fuzz-pw\n")
+    subprocess.run(
+        [sys.executable, "-m", "tierlog.cli", "scram", "add", "--user", "fuzzer",
+         "--mechanism", "SCRAM-SHA-256", "--password-file", str(root / "pw"),
+         "--override", f"log.dirs={b.log_dir}"],
+        check=True, capture_output=True, cwd=root / "b",
+    )  # fmt: skip
+    b.start()
+    conf = {
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": str(pki.ca),
+        "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.username": "fuzzer",
+        "sasl.password": "fuzz-pw",
+    }
+    try:
+        cf_produce(b.bootstrap_of("SASL_SSL"), "fuzz", [(b"k", b"v" * 100)] * 50, **conf)
+        yield b, pki, conf
+    finally:
+        b.stop()
+
+
+@pytest.mark.slow
+def test_fuzzed_frames_before_authentication_on_sasl_ssl_reach_no_handler(sasl_ssl_broker):
+    """Random and mutated frames over TLS, before any SASL exchange: none reaches a handler
+    (the topic's records are unchanged, no handler logged a request), the broker never dies,
+    and an authenticated client is served afterwards."""
+    import ssl
+
+    from tests.integration.clients import cf_consume
+
+    b, pki, conf = sasl_ssl_broker
+    port = b.ports["SASL_SSL"]
+    ctx = ssl.create_default_context(cafile=str(pki.ca))
+    ctx.check_hostname = False
+
+    @settings(
+        max_examples=max(EXAMPLES // 10, 100),
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(frames())
+    def throw(data: bytes) -> None:
+        thrown.append(len(data))
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+            ctx.wrap_socket(raw) as s,
+        ):
+            try:
+                s.sendall(data)
+                s.settimeout(0.5)
+                while s.recv(65536):
+                    pass
+            except (TimeoutError, OSError):
+                pass  # closed by the broker, or waiting for the rest of a frame
+
+    thrown: list[int] = []
+    throw()
+    assert len(thrown) >= 50
+    assert b.alive(), b.tail()
+    log = b.log_since_start()
+    assert "Traceback" not in log, log[log.index("Traceback") - 2000 :][:5000]
+    # Nothing was appended: the topic holds exactly the 50 records written with a login.
+    got = cf_consume(b.bootstrap_of("SASL_SSL"), "fuzz", 50, **conf)
+    assert [m.value() for m in got] == [b"v" * 100] * 50
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({**conf, "bootstrap.servers": b.bootstrap_of("SASL_SSL"), "group.id": "end"})
+    try:
+        _, high = c.get_watermark_offsets(TopicPartition("fuzz", 0), timeout=30)
+    finally:
+        c.close()
+    assert high == 50

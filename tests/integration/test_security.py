@@ -8,6 +8,7 @@ client reports when it is refused.
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import ssl
 import subprocess
@@ -34,6 +35,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
+from tests import real_parts
 from tests.broker_process import ROOT
 from tests.integration import wire
 from tests.integration.clients import cf_consume, cf_produce
@@ -733,3 +735,138 @@ def test_scram_credential_apis_follow_kafkas_checks(tmp_path: Path) -> None:
             assert c.call(_sasl_handshake("PLAIN")).error_code == 34
         finally:
             c.close()
+
+
+# ---------------------------------------------------------------- more clients over SASL_SSL
+
+_JS = Path(__file__).parent / "js"
+SCRAM_JAAS = (
+    "org.apache.kafka.common.security.scram.ScramLoginModule required "
+    'username="alice" password="{password}";'
+)
+
+
+def _kcat(bootstrap: str, pki: Pki, password: str, *args: str, stdin: str | None = None) -> Any:
+    return subprocess.run(
+        [
+            "kcat", "-b", bootstrap, "-X", "security.protocol=SASL_SSL",
+            "-X", "sasl.mechanisms=SCRAM-SHA-256", "-X", "sasl.username=alice",
+            "-X", f"sasl.password={password}", "-X", f"ssl.ca.location={pki.ca}", *args,
+        ],
+        input=stdin, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def _tierlog(bootstrap: str, *args: str, stdin: str | None = None) -> Any:
+    return subprocess.run(
+        [sys.executable, "-m", "tierlog.cli", *args, "--bootstrap-server", bootstrap],
+        input=stdin, capture_output=True, text=True, timeout=60, cwd=ROOT, check=False,
+    )  # fmt: skip
+
+
+def test_kafkajs_kcat_the_cli_and_the_spark_client_over_sasl_ssl_scram(
+    tmp_path: Path, pki: Pki
+) -> None:
+    """kafkajs, kcat (librdkafka's command line), ``tierlog produce/consume`` with the Java
+    client's security keys (as Spark's Kafka source takes them) and the Spark source's own
+    fetch client, each over SASL_SSL with SCRAM-SHA-256; each refused with a wrong password."""
+    import shutil
+
+    if not (_JS / "node_modules" / "kafkajs").is_dir():
+        real_parts.missing("kafkajs", f"npm ci --prefix {_JS} (make test does it)")
+    if shutil.which("kcat") is None:
+        real_parts.missing("kcat", "apt-get install kcat (.ci/run does it)")
+    (tmp_path / "b").mkdir()
+    b = _scram_broker(
+        tmp_path,
+        {"SASL_SSL": "SASL_SSL"},
+        "ssl.keystore.type=PKCS12",
+        f"ssl.keystore.location={pki.server_p12}",
+        f"ssl.keystore.password={KEYSTORE_PASSWORD}",
+        "sasl.enabled.mechanisms=SCRAM-SHA-256",
+        "connection.failed.authentication.delay.ms=50",
+    )
+    _scram_add(b, "alice", "alice-pw", "SCRAM-SHA-256")
+    b.start()
+    try:
+        bootstrap = b.bootstrap_of("SASL_SSL")
+        # kafkajs
+        js = subprocess.run(
+            ["node", str(_JS / "sasl_ssl_client.js"), bootstrap, "matrix", str(pki.ca),
+             "alice", "alice-pw", "5"],
+            capture_output=True, text=True, timeout=180, check=False,
+        )  # fmt: skip
+        real_parts.used("kafkajs", "kafkajs 2.2.4 (node)")
+        assert js.returncode == 0, js.stdout + js.stderr
+        out = json.loads(js.stdout.strip().splitlines()[-1])
+        assert out["acked"] == [0, 1, 2, 3, 4]
+        assert out["consumed"] == [f"kafkajs-{i}" for i in range(5)]
+        js = subprocess.run(
+            ["node", str(_JS / "sasl_ssl_client.js"), bootstrap, "matrix", str(pki.ca),
+             "alice", "wrong", "1"],
+            capture_output=True, text=True, timeout=180, check=False,
+        )  # fmt: skip
+        assert js.returncode == 1
+        assert "SASLAuthentication" in json.loads(js.stdout.strip().splitlines()[-1])["error"]
+
+        # kcat
+        version = subprocess.run(["kcat", "-V"], capture_output=True, text=True, check=False)
+        real_parts.used("kcat", version.stdout.splitlines()[0] if version.stdout else "kcat")
+        r = _kcat(bootstrap, pki, "alice-pw", "-P", "-t", "matrix", stdin="kcat-0\nkcat-1\n")
+        assert r.returncode == 0, r.stderr
+        r = _kcat(bootstrap, pki, "alice-pw", "-C", "-t", "matrix", "-o", "beginning", "-e",
+                  "-q", "-c", "7")  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.splitlines() == [f"kafkajs-{i}" for i in range(5)] + ["kcat-0", "kcat-1"]
+        r = _kcat(bootstrap, pki, "wrong", "-L", "-m", "10")
+        assert r.returncode != 0 and "Authentication failed" in r.stderr, r.stderr
+
+        # the tierlog CLI with the Java client's keys, on the command line and in a file
+        java = [
+            "--command-config", "security.protocol=SASL_SSL",
+            "--command-config", "sasl.mechanism=SCRAM-SHA-256",
+            "--command-config", "sasl.jaas.config=" + SCRAM_JAAS.format(password="alice-pw"),
+            "--command-config", f"ssl.truststore.location={pki.ca}",
+            "--command-config", "ssl.truststore.type=PEM",
+        ]  # fmt: skip
+        r = _tierlog(bootstrap, "produce", "matrix", *java, stdin="cli-0\n")
+        assert r.returncode == 0, r.stderr
+        props = tmp_path / "client.properties"
+        props.write_text(
+            "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-256\n"
+            f"sasl.jaas.config={SCRAM_JAAS.format(password='alice-pw')}\n"
+            f"ssl.truststore.type=PKCS12\nssl.truststore.location={pki.truststore_p12}\n"
+            f"ssl.truststore.password={KEYSTORE_PASSWORD}\n"
+        )
+        r = _tierlog(bootstrap, "consume", "matrix", "--from-beginning", "--max-messages", "8",
+                     "--command-config", str(props))  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.splitlines()[-1] == "cli-0"
+        bad = [*java[:4], "--command-config", "sasl.jaas.config=nonsense"]
+        r = _tierlog(bootstrap, "topics", "list", *bad)
+        assert r.returncode != 0 and "invalid JAAS configuration" in r.stderr, r.stderr
+
+        # the Spark source's fetch client (kafka.* options without the prefix)
+        from tierlog.errors import SaslAuthenticationFailed as Refused
+        from tierlog.security.client_security import client_security
+        from tierlog.spark.fetch_client import KafkaClient
+
+        conf = {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "SCRAM-SHA-256",
+            "sasl.jaas.config": SCRAM_JAAS.format(password="alice-pw"),
+            "ssl.truststore.location": str(pki.ca),
+            "ssl.truststore.type": "PEM",
+        }
+        with KafkaClient(bootstrap, security=client_security(conf)) as client:
+            assert client.metadata(["matrix"])["matrix"].partitions
+            fetched = client.fetch("matrix", 0, 0)
+            assert fetched.high_watermark == 8
+        wrong = {**conf, "sasl.jaas.config": SCRAM_JAAS.format(password="wrong")}
+        with (
+            KafkaClient(bootstrap, security=client_security(wrong)) as client,
+            pytest.raises(Refused, match=r"authentication to .* as alice with SCRAM-SHA-256"),
+        ):
+            client.metadata(["matrix"])
+    finally:
+        b.stop()

@@ -223,6 +223,14 @@ def test_delete_by_retention_time(tiered_broker, unique):
     sent = (old + new)[off.earliest :]
     assert_same(sent, consume(b.bootstrap, topic, len(sent), offset=off.earliest), off.earliest)
     assert expired()  # and the segment holding offset 1000 stayed
+    # Remote deletions are logged at INFO, naming the segment, its partition and its size.
+    deleted = [
+        ln
+        for ln in b.log_since_start().splitlines()
+        if "deleted remote segment" in ln and f":{topic}-0 (" in ln
+    ]
+    assert any("deleted remote segment 0-" in ln for ln in deleted), deleted
+    assert all(" INFO " in ln and " bytes) from remote storage" in ln for ln in deleted)
 
 
 def test_delete_by_retention_size(tiered_broker, unique):

@@ -215,6 +215,30 @@ def test_log_start_offset_checkpoint(open_log: OpenLog, log_dir: Path) -> None:
     assert log.segments.base_offsets() == [end + 10]
 
 
+def test_tiered_log_without_a_start_checkpoint_starts_at_zero(
+    open_log: OpenLog, log_dir: Path
+) -> None:
+    """A tiered log whose local segments start at 60 (the rest deleted once remote) and that
+    crashed before its log start offset was ever checkpointed: the local segments say nothing
+    of the log start, so it is 0 (Kafka's LogLoader), and tiered storage raises it to the
+    earliest remote offset. Taking the first local segment's base would hide the remote part
+    from every reader."""
+    config = make_config(segment_bytes=1000, remote_storage_enable="true")
+    log = open_log(config)
+    fill(log, 30)
+    log.close()
+    first = segment_files(log_dir)[0]
+    later = segment_files(log_dir)[1:]
+    for f in log_dir.glob(f"{first.stem}.*"):
+        f.unlink()  # what local retention does once the segment is remote
+    log = open_log(config, had_clean_shutdown=False)
+    assert log.log_start_offset == 0
+    assert log.local_log_start_offset == int(later[0].stem)
+    log.close()
+    untiered = open_log(make_config(segment_bytes=1000), had_clean_shutdown=False)
+    assert untiered.log_start_offset == int(later[0].stem)
+
+
 # ---------------------------------------------------------------------- a Kafka-format directory
 
 

@@ -40,6 +40,11 @@ CLIENT_CAPS: dict[int, tuple[int, ...]] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (1, 1),
     ApiKey.DELETE_RECORDS: (2, 2, 2, 1),
     ApiKey.API_VERSIONS: (4, 3, 0, 2),
+    # kafka-python 3's transaction manager (max_version=3), aiokafka 0.14 (v0)
+    ApiKey.ADD_PARTITIONS_TO_TXN: (3, 0),
+    ApiKey.ADD_OFFSETS_TO_TXN: (3, 0),
+    ApiKey.END_TXN: (3, 0),
+    ApiKey.TXN_OFFSET_COMMIT: (3, 0),
 }
 
 # librdkafka up to 2.11 checks single versions: these must start at 0
@@ -54,6 +59,7 @@ LIBRDKAFKA_MIN_0 = [
     ApiKey.OFFSET_FETCH,
     ApiKey.INIT_PRODUCER_ID,
     ApiKey.LIST_OFFSETS,
+    ApiKey.SASL_HANDSHAKE,  # librdkafka 2.0 (Debian's kcat): no SASL without v0
 ]
 
 # issue 3: the APIs the broker implements
@@ -77,14 +83,30 @@ ISSUE_12 = {
     "AlterUserScramCredentials", "DescribeAcls", "CreateAcls", "DeleteAcls",
 }  # fmt: skip
 # issue 15: the admin APIs operators use
-ISSUE_15 = {"DescribeLogDirs"}
+ISSUE_15 = {
+    "DescribeLogDirs", "OffsetDelete", "DescribeProducers", "DescribeClientQuotas",
+    "AlterClientQuotas",
+}  # fmt: skip
 ISSUE_15 |= {"ConsumerGroupHeartbeat", "ConsumerGroupDescribe"}  # KIP-848
 # issue 10: JBOD moves of a partition between the log dirs of a broker
 ISSUE_10 = {"AlterReplicaLogDirs"}
 
+# issue 11: transactions (the log's side; the coordinator's APIs add to it)
+ISSUE_11 = {
+    "WriteTxnMarkers",
+    "AddPartitionsToTxn",
+    "AddOffsetsToTxn",
+    "EndTxn",
+    "TxnOffsetCommit",
+    "DescribeTransactions",
+    "ListTransactions",
+}
 
-def test_exactly_the_apis_of_issues_3_9_10_12_and_15() -> None:
-    assert {api_name(k) for k in ADVERTISED} == ISSUE_3 | ISSUE_9 | ISSUE_10 | ISSUE_12 | ISSUE_15
+
+def test_exactly_the_apis_of_issues_3_9_10_11_12_and_15() -> None:
+    assert {api_name(k) for k in ADVERTISED} == (
+        ISSUE_3 | ISSUE_9 | ISSUE_10 | ISSUE_11 | ISSUE_12 | ISSUE_15
+    )
     assert set(ADVERTISED) == set(ApiKey)
 
 
@@ -116,7 +138,7 @@ def test_fetch_with_topic_ids_up_to_16_and_implemented_minimums() -> None:
     assert implemented_min(ApiKey.FETCH) == 4
     assert implemented_min(ApiKey.METADATA) == 0
     with pytest.raises(KeyError):
-        implemented_min(24)  # AddPartitionsToTxn: not served
+        implemented_min(57)  # UpdateFeatures: not served
 
 
 @pytest.mark.parametrize("key", sorted(ADVERTISED))
@@ -140,7 +162,7 @@ def test_every_version_has_a_schema(key: int) -> None:
 
 def test_lookups() -> None:
     assert advertised(ApiKey.API_VERSIONS) == (0, 4)
-    assert advertised(24) is None
+    assert advertised(57) is None  # UpdateFeatures
     assert api_name(ApiKey.INIT_PRODUCER_ID) == "InitProducerId"
     assert api_name(1000) == "ApiKey1000"
 

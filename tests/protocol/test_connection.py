@@ -273,8 +273,7 @@ def test_truncated_body() -> None:
     ("api_key", "version"),
     [
         (99, 0),  # unknown key
-        (24, 1),  # AddPartitionsToTxn: known to Kafka, not served here
-        (17, 0),  # SaslHandshake v0 (raw tokens follow): below the advertised min
+        (57, 1),  # UpdateFeatures: known to Kafka, not served here
         (3, 14),  # above the advertised max
         (1, 3),  # Fetch below the advertised min
         (0, -1),

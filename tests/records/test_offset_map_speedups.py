@@ -174,14 +174,18 @@ def test_c_table_fails_like_the_reference(records, flips, cut, count_delta) -> N
     latest=st.integers(-1, 200),
     upper=st.integers(0, 200),
     cut=st.integers(0, 30),
+    txns=st.lists(st.booleans(), min_size=6, max_size=6),
 )
 def test_c_runs_equal_the_reference(
-    batches, codecs, pids, start, stop, room, latest, upper, cut
+    batches, codecs, pids, start, stop, room, latest, upper, cut, txns
 ) -> None:
     chunk = b""
     offset = 0
-    for records, codec, pid in zip(batches, codecs, pids, strict=False):
-        kw = {"producer_id": pid, "producer_epoch": 0, "base_sequence": 0} if pid >= 0 else {}
+    for records, codec, pid, txn in zip(batches, codecs, pids, txns, strict=False):
+        kw: dict[str, object] = {}
+        if pid >= 0:
+            kw = {"producer_id": pid, "producer_epoch": 0, "base_sequence": 0}
+            kw["is_transactional"] = txn
         chunk += build_batch([(0, k, v) for k, v in records], codec, base_offset=offset, **kw)
         offset += len(records) + 2
     chunk = chunk[: max(0, len(chunk) - cut)]  # a torn last batch, as a read chunk ends
@@ -215,9 +219,10 @@ def test_c_runs_equal_the_reference(
     with_horizon=st.booleans(),
     producer=st.booleans(),
     base=st.integers(0, 2**40),
+    control=st.booleans(),
 )
 def test_retained_batch_c_equals_the_builder(
-    records, data, ts_type, horizon, with_horizon, producer, base
+    records, data, ts_type, horizon, with_horizon, producer, base, control
 ) -> None:
     from tierlog.log.cleaner import retained_batch, retained_batch_py
 
@@ -225,6 +230,7 @@ def test_retained_batch_c_equals_the_builder(
     kw: dict[str, object] = {"base_offset": base, "timestamp_type": ts_type}
     if producer:
         kw.update(producer_id=42, producer_epoch=3, base_sequence=7, is_transactional=True)
+        kw["is_control"] = control  # a marker gets a delete horizon this way
     builder = RecordBatchBuilder(0, delete_horizon_ms=horizon if with_horizon else -1, **kw)
     for ts, k, v, h in records:
         builder.append(ts0 + ts, k, v, h)
@@ -237,3 +243,22 @@ def test_retained_batch_c_equals_the_builder(
     assert retained_batch(batch, header, kept, new_horizon) == retained_batch_py(
         batch, header, kept, new_horizon
     )
+
+
+@pytest.mark.parametrize("table", ["c", "py"])
+def test_filter_run_leaves_transactional_batches_to_the_cleaner(table: str) -> None:
+    """The cleaner tracks transactions batch by batch: a run of batches that go stops at a
+    transactional one, which the caller reads (and drops if its records go)."""
+    if table == "c" and not HAS_OFFSET_MAP_SPEEDUPS:
+        pytest.skip(f"{real_parts.BY_DESIGN}the C offset map is not built in this run")
+    t = _c_table(100) if table == "c" else DictTable(100)
+    t.put(b"k", 50)
+    plain = build_batch([(0, b"k", b"v")], 0, base_offset=0)
+    txn = build_batch(
+        [(0, b"k", b"v")], 0, base_offset=1, producer_id=7, producer_epoch=0, base_sequence=0,
+        is_transactional=True,
+    )  # fmt: skip
+    chunk = plain + txn + build_batch([(0, b"k", b"v")], 0, base_offset=2)
+    off, size, records, invalid, last_pos = t.filter_run(chunk, 0, 50, 100, {})
+    assert (off, size, records, invalid, last_pos) == (len(plain), len(plain), 1, 0, 0)
+    assert t.filter_run(chunk, off, 50, 100, {})[0] == off

@@ -278,3 +278,39 @@ def test_unknown_authorizer_class_and_bad_super_users_are_refused() -> None:
         KafkaConfig({"authorizer.class.name": "com.example.MyAuthorizer"})
     with pytest.raises(ConfigError, match="Type:name"):
         KafkaConfig({"super.users": "admin;User:ops"})
+
+
+def test_authorized_operations_bit_fields() -> None:
+    """Kafka's bit fields: bit ``op`` per operation; without an authorizer every operation the
+    resource type has (topic 0x0ff8 -> READ..ALTER_CONFIGS as Kafka 3 answers; the cluster
+    0x1fa0 + ...), with one the allowed ones, implied ones included."""
+    off = SimpleNamespace(authorizer=None, principal=ALICE, client_host="h")
+    topic_ops = acl_checks.authorized_operations(off, TOPIC, "t")
+    # READ(3) WRITE(4) CREATE(5) DELETE(6) ALTER(7) DESCRIBE(8) DESCRIBE_CONFIGS(10)
+    # ALTER_CONFIGS(11): the value a Kafka 3 broker without authorizer answers
+    assert topic_ops == 0b1101_1111_1000 == 3576
+    # CREATE(5) ALTER(7) DESCRIBE(8) CLUSTER_ACTION(9) DESCRIBE_CONFIGS(10) ALTER_CONFIGS(11)
+    # IDEMPOTENT_WRITE(12)
+    assert acl_checks.authorized_operations(off, CLUSTER, CLUSTER_NAME) == 0b1_1111_1010_0000
+    assert acl_checks.authorized_operations(off, GROUP, "g") == (1 << 3) | (1 << 8) | (1 << 6)
+    a = started(MemoryStore(), super_users={"User:admin"})
+    ctx = SimpleNamespace(authorizer=a, principal=ALICE, client_host="h")
+    assert acl_checks.authorized_operations(ctx, TOPIC, "t") == 0
+    run(
+        a.create(
+            [
+                acl(TOPIC, "t", "User:alice", Op.READ),
+                acl(TOPIC, "t", "User:alice", Op.ALTER_CONFIGS),
+            ]
+        )
+    )
+    assert acl_checks.authorized_operations(ctx, TOPIC, "t") == (
+        (1 << Op.READ) | (1 << Op.DESCRIBE) | (1 << Op.ALTER_CONFIGS) | (1 << Op.DESCRIBE_CONFIGS)
+    )
+    run(a.create([acl(TOPIC, "t", "User:alice", Op.DESCRIBE, DENY)]))
+    assert acl_checks.authorized_operations(ctx, TOPIC, "t") == (
+        (1 << Op.READ) | (1 << Op.ALTER_CONFIGS) | (1 << Op.DESCRIBE_CONFIGS)
+    )
+    admin = SimpleNamespace(authorizer=a, principal=KafkaPrincipal("User", "admin"),
+                            client_host="h")  # fmt: skip
+    assert acl_checks.authorized_operations(admin, TOPIC, "t") == topic_ops

@@ -94,6 +94,17 @@ def test_unsupported_mechanism_is_answered_late_then_closed() -> None:
     assert isinstance(a.on_request(18, 3, None), Close)  # FAILED stays failed
 
 
+def test_handshake_v0_is_refused_with_the_way_out() -> None:
+    """Advertised from v0 (librdkafka 2.0 looks for it) but v0's raw tokens are not served:
+    a client that really sends v0 learns why, and the connection closes."""
+    a, _ = _auth(failed_delay_ms=10)
+    d = a.on_request(17, 0, load_request_schema(17, 0)(mechanism="PLAIN"))
+    assert isinstance(d, Respond) and d.close
+    assert d.response.error_code == ErrorCode.unsupported_version
+    assert "use SaslHandshake v1 and SaslAuthenticate" in d.reason
+    assert a.state is SaslState.FAILED
+
+
 def test_wrong_password_is_answered_late_then_closed() -> None:
     a, _ = _auth(failed_delay_ms=100)
     _handshake(a)

@@ -66,9 +66,12 @@ def test_credential_keeps_no_password_and_round_trips_kafka_form() -> None:
 class Client:
     """RFC 5802's client side, written from the RFC."""
 
-    def __init__(self, mech: ScramMechanism, user: str, password: str, nonce: str) -> None:
+    def __init__(
+        self, mech: ScramMechanism, user: str, password: str, nonce: str, echo: str = "{r}"
+    ) -> None:
         self.h = mech.hash_name
         self.user, self.password, self.nonce = user, password, nonce
+        self.echo = echo  # the nonce sent back: the server's r, or a buggy client's form
 
     def first(self) -> bytes:
         name = self.user.replace("=", "=3D").replace(",", "=2C")
@@ -82,7 +85,7 @@ class Client:
         salted = hashlib.pbkdf2_hmac(self.h, self.password.encode(), salt, i)
         client_key = hmac.new(salted, b"Client Key", self.h).digest()
         stored_key = hashlib.new(self.h, client_key).digest()
-        without_proof = f"c=biws,r={r}"
+        without_proof = f"c=biws,r={self.echo.format(r=r, c=self.nonce)}"
         auth = f"{self.bare},{server_first.decode()},{without_proof}".encode()
         signature = hmac.new(stored_key, auth, self.h).digest()
         proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
@@ -125,6 +128,29 @@ def test_exchange_with_an_independent_client(mech, user, password, wrong, nonce)
         with pytest.raises(SaslError, match="Invalid client credentials"):
             server.evaluate_response(bad.final(first))
         assert not server.is_complete
+
+
+@pytest.mark.parametrize(
+    ("echo", "ok"),
+    [
+        ("{c}{r}", True),  # librdkafka < 2.6.1: its nonce, then the server's (librdkafka#4895)
+        ("{c}", False),  # the client's nonce only
+        ("x{r}", False),  # anything else before the server's
+        ("{r}x", False),
+        ("{c}{c}{r}", False),
+    ],
+)
+def test_librdkafkas_doubled_nonce_is_accepted_and_nothing_else(echo: str, ok: bool) -> None:
+    cred = credential_from_password(SHA256, "pw", 4096)
+    server = ScramSaslServer(SHA256, lambda u, m: cred)
+    client = Client(SHA256, "alice", "pw", "abc", echo=echo)
+    final = client.final(server.evaluate_response(client.first()))
+    if ok:
+        assert server.evaluate_response(final) == client.expected_final
+        assert server.is_complete
+    else:
+        with pytest.raises(SaslError, match="invalid nonce"):
+            server.evaluate_response(final)
 
 
 def test_unknown_user_and_other_mechanism_are_kafkas_invalid_user_credentials() -> None:

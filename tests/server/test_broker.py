@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -225,17 +226,40 @@ def test_idempotent_duplicate_gets_the_original_offset(client):
     assert again.producer_id != pid
 
 
-def test_transactions_are_refused_clearly(client):
-    cls, _ = req(22, 4)
-    r = client.call(
-        cls(transactional_id="tx", transaction_timeout=MS, producer_id=-1, producer_epoch=-1)
-    )
-    assert r.error_code == 42
+def test_transactional_init_producer_id_and_find_coordinator(client):
     cls, _ = req(10, 4)
-    r = client.call(cls(key_type=1, coordinator_keys=("tx",)))
-    assert r.coordinators[0].error_code == 42 and "transactions" in r.coordinators[0].error_message
+    r = client.call(cls(key_type=1, coordinator_keys=("tx", "")))
+    (tx, empty) = r.coordinators
+    assert (tx.error_code, tx.node_id) == (0, 0)  # __transaction_state created on first use
+    assert empty.error_code == 42
     r = client.call(cls(key_type=0, coordinator_keys=("g",)))
     assert r.coordinators[0].error_code == 0 and r.coordinators[0].node_id == 0
+    cls, _ = req(22, 4)
+
+    def init(txn_id, timeout=MS, pid=-1, epoch=-1):
+        deadline = time.monotonic() + 30
+        while True:  # COORDINATOR_LOAD_IN_PROGRESS while the new partitions load
+            r = client.call(
+                cls(
+                    transactional_id=txn_id,
+                    transaction_timeout=timeout,
+                    producer_id=pid,
+                    producer_epoch=epoch,
+                )
+            )
+            if r.error_code != 14 or time.monotonic() > deadline:
+                return r
+            time.sleep(0.05)
+
+    first = init("tx")
+    assert (first.error_code, first.producer_epoch) == (0, 0)
+    second = init("tx")
+    assert (second.producer_id, second.producer_epoch) == (first.producer_id, 1)
+    assert init("").error_code == 42
+    assert init("tx", pid=first.producer_id).error_code == 42  # id without epoch
+    assert init("tx", timeout=datetime.timedelta(hours=1)).error_code == 50
+    # KIP-360 with a stale epoch: fenced
+    assert init("tx", pid=first.producer_id, epoch=7).error_code == 90
 
 
 def test_list_offsets_special_timestamps(client):

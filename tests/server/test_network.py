@@ -304,3 +304,79 @@ def test_fuzz_before_authentication_reaches_no_handler_and_kills_nothing():
         assert all(key == 18 and p == "User:ANONYMOUS" for key, p, _ in seen), seen
 
     run()
+
+
+class _RecordingTransport:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+
+    def write(self, data: object) -> None:
+        self.writes.append(bytes(data))  # type: ignore[call-overload]
+
+
+def test_tls_writes_go_in_pieces_small_parts_coalesced():
+    """TLS transports get pieces of at most 64 KiB (asyncio's TLS layer is 3.5x slower with
+    1 MiB writes); small parts are joined, big ones sliced; the bytes are the same, in order."""
+    import random
+
+    from tierlog.server.network import _TLS_WRITE_CHUNK, _write_tls
+
+    rnd = random.Random(3)
+    for _ in range(50):
+        parts = [
+            rnd.randbytes(rnd.choice([0, 1, 17, 5000, _TLS_WRITE_CHUNK, 300_000]))
+            for _ in range(rnd.randrange(1, 12))
+        ]
+        t = _RecordingTransport()
+        _write_tls(t, [memoryview(p) if i % 2 else p for i, p in enumerate(parts)])  # type: ignore[arg-type]
+        assert b"".join(t.writes) == b"".join(parts)
+        assert all(0 < len(w) <= _TLS_WRITE_CHUNK for w in t.writes)
+        # no more pieces than needed plus one per big part boundary
+        total = sum(map(len, parts))
+        assert len(t.writes) <= -(-total // _TLS_WRITE_CHUNK) + len(parts)
+
+
+def test_responses_larger_than_the_socket_takes_leave_whole_in_order_and_before_the_close():
+    """Answers of ~4.5 MB each to a client that does not read yet: what the socket does not
+    take waits (uncopied) in the connection's queue, past WRITE_BUFFER_HIGH the connection
+    stops reading, and the EOF's close waits until every byte has left."""
+    import uuid
+
+    from tierlog.server.handlers._build import build
+    from tierlog.server.network import WRITE_BUFFER_HIGH
+
+    cls = load_response_schema(3, 12)
+    topics = [
+        {"error_code": 0, "name": f"t{i:06d}" + "x" * 200, "topic_id": uuid.UUID(int=i),
+         "is_internal": False, "partitions": [], "topic_authorized_operations": -2**31}
+        for i in range(20_000)
+    ]  # fmt: skip
+    big = build(cls, {"throttle_time": 0, "brokers": [], "cluster_id": "c",
+                      "controller_id": 0, "topics": topics})  # fmt: skip
+
+    def handler(ev, host, principal=None, listener=None):
+        return api_versions_response(ev.api_version) if ev.api_key == 18 else big
+
+    async def main():
+        server, port = await _serve(handler)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"".join(encode(_metadata(), i) for i in range(1, 7)))
+        writer.write(encode(_api_versions(), 7))
+        writer.write_eof()
+        await _until(lambda: len(server.connections) == 1)
+        (conn,) = server.connections
+        await _until(lambda: conn._pending_bytes > WRITE_BUFFER_HIGH)
+        assert conn._writing_paused  # no more requests taken while that much waits
+        got = []
+        for _ in range(6):
+            cid, resp = decode(await asyncio.wait_for(_read_frame(reader), 30), 3, 12)
+            got.append((cid, len(resp.topics), resp.topics[-1].name))
+        last = decode(await asyncio.wait_for(_read_frame(reader), 30), 18, 3)[0]
+        rest = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+        await server.stop()
+        return got, last, rest
+
+    got, last, rest = asyncio.run(main())
+    assert got == [(i, 20_000, "t019999" + "x" * 200) for i in range(1, 7)]
+    assert (last, rest) == (7, b"")

@@ -12,7 +12,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from tierlog.errors import OffsetOutOfRange, RemoteResourceNotFoundError, RemoteStorageError
+from tierlog.errors import (
+    CorruptRemoteDataError,
+    OffsetOutOfRange,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+)
 from tierlog.log.log_config import LogConfig
 from tierlog.log.log_manager import LogManager
 from tierlog.log.log_segment import FetchDataInfo
@@ -114,7 +119,11 @@ def test_each_partition_gets_its_own_error_others_unaffected(rm, rlm):
         2: RemoteStorageError("S3 down"),
     }
     r = fetch(rm, [(0, 0), (1, 0), (2, 0)])
-    assert [(x.error_code, bytes(x.records)) for x in r] == [(1, b""), (56, b""), (56, b"")]
+    # Missing or corrupt: UNKNOWN_SERVER_ERROR (Kafka's answer to a failed remote read, which
+    # clients report); the store down: KAFKA_STORAGE_ERROR (retriable, ridden out).
+    assert [(x.error_code, bytes(x.records)) for x in r] == [(1, b""), (-1, b""), (56, b"")]
+    rlm.outcome = {2: CorruptRemoteDataError("bad CRC")}
+    assert [x.error_code for x in fetch(rm, [(2, 0)])] == [-1]
     rlm.outcome = {1: RemoteStorageError("S3 down")}
     r = fetch(rm, [(0, 0), (1, 0), (2, 6)])
     assert [x.error_code for x in r] == [0, 56, 0]
@@ -152,3 +161,25 @@ def test_the_next_fetch_is_read_ahead(rm, rlm):
     r = fetch(rm, [(0, 2)])
     assert bytes(r[0].records) == remote_batch(2)
     assert all(x[1] != 2 for x in rlm.reads[n:])  # served from the read ahead
+
+
+def test_a_long_outage_becomes_an_error_consumers_report(rm, rlm, monkeypatch):
+    from tierlog.server import delayed_remote_fetch
+
+    # Escalate after 1 x remote.fetch.max.wait.ms (300 ms here) of nothing but failures.
+    monkeypatch.setattr(delayed_remote_fetch, "TRANSIENT_FAILURE_ROUNDS", 1)
+    clock = [1000.0]
+    monkeypatch.setattr(rm._remote, "clock", lambda: clock[0])
+    rlm.outcome = {0: RemoteStorageError("S3 down")}
+    assert [x.error_code for x in fetch(rm, [(0, 0)])] == [56]  # retriable at first
+    clock[0] += 0.2
+    assert [x.error_code for x in fetch(rm, [(0, 0)])] == [56]
+    clock[0] += 0.2  # failing for 0.4 s > 0.3 s: told
+    assert [x.error_code for x in fetch(rm, [(0, 0)])] == [-1]
+    rlm.outcome = {}
+    assert [x.error_code for x in fetch(rm, [(0, 0)])] == [0]  # a success resets
+    rlm.outcome = {0: RemoteStorageError("S3 down")}
+    clock[0] += 0.1
+    assert [x.error_code for x in fetch(rm, [(0, 0)])] == [56]
+    clock[0] += 10  # nobody read it for a while: a new run of failures, retriable again
+    assert [x.error_code for x in fetch(rm, [(0, 0)])] == [56]

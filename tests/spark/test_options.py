@@ -27,7 +27,7 @@ def test_defaults() -> None:
     o = src(subscribe="a, b,,a")
     assert o.strategy == "subscribe" and o.topics == ("a", "b")
     assert o.starting == OffsetSpec("earliest") and o.ending == OffsetSpec("latest")
-    assert o.fail_on_data_loss and not o.include_headers and o.read_committed
+    assert o.fail_on_data_loss and not o.include_headers and not o.read_committed
     assert src(True, subscribe="a").starting == OffsetSpec("latest")
     assert o.remote is None
 
@@ -125,12 +125,35 @@ def test_offsets_json_and_timestamps() -> None:
             "kafka.enable.auto.commit",
             "not supported",
         ),
-        ({"subscribe": "t", "kafka.sasl.mechanism": "x"}, "kafka.sasl.mechanism", "not supported"),
         (
-            {"subscribe": "t", "kafka.security.protocol": "SSL"},
-            "kafka.security.protocol",
-            "PLAINTEXT",
+            {"subscribe": "t", "kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "x"},
+            "kafka.sasl.mechanism",
+            "X is not supported",
         ),
+        (
+            {"subscribe": "t", "kafka.security.protocol": "TLS"},
+            "kafka.security.protocol",
+            "not one of PLAINTEXT",
+        ),
+        (
+            {
+                "subscribe": "t",
+                "kafka.security.protocol": "SASL_SSL",
+                "kafka.sasl.mechanism": "SCRAM-SHA-256",
+            },
+            "kafka.sasl.jaas.config",
+            "ScramLoginModule required",
+        ),
+        (
+            {
+                "subscribe": "t",
+                "kafka.security.protocol": "SSL",
+                "kafka.ssl.truststore.location": "/nonexistent/ca.pem",
+            },
+            "kafka.ssl.truststore.location",
+            "cannot read",
+        ),
+        ({"subscribe": "t", "kafka.ssl.nonsense": "x"}, "kafka.ssl.nonsense", "not supported"),
         (
             {"subscribe": "t", "kafka.isolation.level": "x"},
             "kafka.isolation.level",

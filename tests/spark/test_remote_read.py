@@ -1,4 +1,6 @@
-"""Direct remote reads: data partly remote, partly local; on a local dir and on SeaweedFS (S3).
+"""Direct remote reads: data partly remote, partly local; on a local dir and on SeaweedFS (S3),
+where the objects are encrypted at rest (``rsm.config.encryption.*``: the broker encrypts, the
+Spark source decrypts with the same ``tierlog.remote.encryption.*`` key).
 
 The broker tiers the topic's rolled segments and deletes their local copies
 (tests/spark/tiering.py); the active segments stay local only. Reading with
@@ -8,6 +10,7 @@ serves the remote offsets itself) gives.
 
 from __future__ import annotations
 
+import os
 import shutil
 import uuid
 from dataclasses import dataclass
@@ -52,12 +55,16 @@ def tiered(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     remote_dir = None
     if request.param == "seaweedfs":
         sw = request.getfixturevalue("seaweedfs")
+        key_file = workdir / "remote.key"
+        key_file.write_bytes(os.urandom(32))
         rsm_config = {
             "uri": f"s3://{sw.bucket}/{uuid.uuid4().hex}",
             "s3.endpoint": sw.endpoint,
             "s3.region": "us-east-1",
             "s3.access.key": sw.access_key,
             "s3.secret.key": sw.secret_key,
+            "encryption.enabled": "true",
+            "encryption.key.file": str(key_file),
         }
     else:
         remote_dir = workdir / "remote"
@@ -201,6 +208,13 @@ def test_remote_objects_are_what_is_read(spark: Any, tiered: Tiered, tmp_path: P
         options["tierlog.remote.uri"] = f"file://{broken}"
         match = "corrupt|CRC|Corrupt"
     else:
+        # encrypted at rest: another key cannot read the objects, and says why
+        other = tmp_path / "other.key"
+        other.write_bytes(os.urandom(32))
+        options = tiered.options()
+        options["tierlog.remote.encryption.key.file"] = str(other)
+        with pytest.raises(Exception, match="encrypted with another key"):
+            read(spark, options).count()
         options = tiered.options()
         options["tierlog.remote.s3.secret.key"] = "wrong"
         match = "(?i)s3|access|signature|denied|forbidden"

@@ -488,3 +488,39 @@ def test_segment_copy_takes_the_kernel_path_and_its_fallback(tmp_path, monkeypat
         pytest.raises(OSError, match="ended after 100"),
     ):
         mod._copy_range(f.fileno(), out.fileno(), len(data))
+
+
+@pytest.mark.parametrize(
+    ("uri", "message"),
+    [
+        (
+            "file://relative/remote",
+            "rsm.config.uri: 'file://relative/remote' is not an absolute file URI: 'relative' "
+            "would be read as a host and the objects written to '/remote' at the filesystem "
+            "root; write file:///absolute/dir (three slashes; relative paths are refused)",
+        ),
+        (
+            "file:remote",
+            "rsm.config.uri: 'file:remote' is not an absolute file URI: write "
+            "file:///absolute/dir (three slashes; relative paths are refused)",
+        ),
+    ],
+)
+def test_a_relative_file_uri_is_refused(uri, message, tmp_path):
+    with pytest.raises(ConfigError) as e:
+        PyArrowRemoteStorageManager.from_config({"uri": uri})
+    assert str(e.value) == message
+    # file://localhost/abs is the absolute form with a host part RFC 8089 allows.
+    ok = PyArrowRemoteStorageManager.from_config({"uri": f"file://localhost{tmp_path}/r"})
+    ok.check_writable()
+    assert (tmp_path / "r").is_dir()
+
+
+def test_check_writable_names_the_object_it_could_not_write(tmp_path):
+    root = tmp_path / "store"
+    rsm = PyArrowRemoteStorageManager.from_config({"uri": root.as_uri()})
+    rsm.check_writable()
+    assert list(root.iterdir()) == []  # nothing left behind
+    (root / ".tierlog-startup-check").write_bytes(b"")  # a file where its directory goes
+    with pytest.raises(RemoteStorageError, match=r"^write a probe object to file://"):
+        rsm.check_writable()

@@ -317,3 +317,46 @@ def test_good_and_bad_files_together(capsys, segment_dir):
     assert rc == 1
     assert len(batch_lines(out)) == 6
     assert err.strip() == f"{segment_dir / 'nope.log'}: no such file"
+
+
+def test_remote_indexes_object(capsys, segment_dir, tmp_path):
+    from tierlog.tiered.storage.remote_storage_manager import IndexType
+    from tierlog.tiered.storage.segment_objects import IndexesObject
+
+    index = (segment_dir / f"{SEGMENT}.index").read_bytes()
+    timeindex = (segment_dir / f"{SEGMENT}.timeindex").read_bytes()
+    obj = IndexesObject(
+        {
+            IndexType.OFFSET: index,
+            IndexType.TIMESTAMP: timeindex,
+            IndexType.TRANSACTION: b"",
+            IndexType.LEADER_EPOCH: b"0\n1\n0 0\n",
+        },
+        None,
+    )
+    remote = tmp_path / "00000000000000000000-Qbfat8qYS72TUwkflNmNzA.indexes"
+    remote.write_bytes(obj.encode())
+    rc, out, err = dump(capsys, remote)
+    assert rc == 0, err
+    assert (
+        "Remote indexes of the segment starting at offset 0: OFFSET, TIMESTAMP, TRANSACTION, "
+        "LEADER_EPOCH"
+    ) in out
+    idx = OffsetIndex(segment_dir / f"{SEGMENT}.index", 0, writable=False)
+    expected = [f"offset: {e.offset} position: {e.position}" for e in idx.entries_list()]
+    idx.close()
+    assert expected and all(line in out.splitlines() for line in expected)
+    assert "epoch: 0 startOffset: 0" in out
+    assert re.search(r"timestamp: \d+ offset: \d+", out)
+    # A damaged object: its CRC fails, exit 1 naming it.
+    data = bytearray(remote.read_bytes())
+    data[-3] ^= 0xFF
+    remote.write_bytes(bytes(data))
+    rc, out, err = dump(capsys, remote)
+    assert rc == 1
+    assert f"{remote}: cannot parse: corrupt remote indexes object" in err
+    bad_name = tmp_path / "segment.indexes"
+    bad_name.write_bytes(obj.encode())
+    rc, out, err = dump(capsys, bad_name)
+    assert rc == 1
+    assert "segment.indexes is not named <20-digit start offset>-<segment id>.indexes" in err

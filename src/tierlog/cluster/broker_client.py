@@ -21,6 +21,17 @@ A thin loop over the sans-IO :class:`~tierlog.protocol.client_connection.ClientC
   default (Fetch v15 moves the follower's id into ``replica_state``; left at its default the
   follower would fetch as a consumer). ``api_version=`` overrides the choice;
   :meth:`BrokerClient.api_version_for` tells the caller which version to build.
+* **Security.** With a :class:`~tierlog.security.client_security.ClientSecurity` (the broker's
+  identity on ``inter.broker.listener.name``), the connection is TLS (the peer's certificate
+  checked against the listener's trust store, and its host name) and/or SASL: after ApiVersions,
+  SaslHandshake v1 and SaslAuthenticate v2 until the mechanism completes (PLAIN: one round
+  trip; SCRAM: two, the server's signature checked). A refused login fails :meth:`connect`
+  with :class:`~tierlog.errors.BrokerAuthenticationError` naming the user, the mechanism and
+  the server's message; a failed TLS handshake with a BrokerNotAvailableError saying so.
+  When the peer limits the session (``connections.max.reauth.ms``, KIP-368: a
+  ``session_lifetime`` in the last SaslAuthenticate response), the client logs in again on
+  the open connection before a request sent after 85-95 % of it (a random point, as Kafka's
+  clients pick), when nothing else is in flight, so the peer never has to close it.
 * **Failures.** Connection refused, reset or closed by the peer, a request timeout, or a
   response that breaks the protocol: the connection is closed and every pending request
   fails with :class:`~tierlog.errors.BrokerNotAvailableError` (a ``ConnectionError``; a
@@ -39,7 +50,10 @@ import asyncio
 import collections
 import contextlib
 import logging
+import random
 import socket
+import ssl
+import time
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Final
@@ -49,21 +63,26 @@ from kio.schema.index import api_key_map, schema_name_map
 
 from tierlog import __version__
 from tierlog.errors import (
+    BrokerAuthenticationError,
     BrokerNotAvailableError,
     BrokerRequestTimeoutError,
     ProtocolError,
+    SaslAuthenticationFailed,
     UnsupportedVersion,
     for_code,
 )
 from tierlog.protocol._events import NEED_DATA, ConnectionClosed
 from tierlog.protocol.api_versions import api_name
 from tierlog.protocol.client_connection import DEFAULT_MAX_RESPONSE_SIZE, ClientConnection
+from tierlog.security.client_security import PLAINTEXT, ClientSecurity
 
 __all__ = ["BrokerClient"]
 
 log = logging.getLogger(__name__)
 
 _API_VERSIONS: Final = 18
+_SASL_HANDSHAKE_VERSION: Final = 1
+_SASL_AUTHENTICATE_VERSION: Final = 2
 _READ_SIZE: Final = 1 << 16
 
 
@@ -79,12 +98,18 @@ class BrokerClient:
         client_id: the request header's client id (Kafka's fetchers use
             ``broker-<id>-fetcher-<n>``; ``tierlog-broker-<id>`` is ours).
         max_frame_size: the largest response accepted.
+        security: TLS and SASL (PLAINTEXT by default).
     """
 
     def __init__(
-        self, client_id: str = "tierlog-broker", *, max_frame_size: int = DEFAULT_MAX_RESPONSE_SIZE
+        self,
+        client_id: str = "tierlog-broker",
+        *,
+        max_frame_size: int = DEFAULT_MAX_RESPONSE_SIZE,
+        security: ClientSecurity = PLAINTEXT,
     ) -> None:
         self.client_id = client_id
+        self.security = security
         self._max_frame_size = max_frame_size
         self._host = ""
         self._port = -1
@@ -93,6 +118,9 @@ class BrokerClient:
         self._read_task: asyncio.Task[None] | None = None
         self._waiters: collections.deque[tuple[int, asyncio.Future[Any]]] = collections.deque()
         self._versions: Mapping[int, tuple[int, int]] = MappingProxyType({})
+        #: When to log in again (KIP-368), monotonic seconds; None: the session does not expire.
+        self._reauth_at: float | None = None
+        self._closed_writer: asyncio.StreamWriter | None = None
 
     def __repr__(self) -> str:
         state = "connected" if self.connected else "disconnected"
@@ -126,13 +154,25 @@ class BrokerClient:
         A connection still open is closed first (its pending requests fail).
 
         Raises:
-            BrokerNotAvailableError: refused, reset, timed out, or ApiVersions failed.
+            BrokerAuthenticationError: the peer refused this broker's SASL login.
+            BrokerNotAvailableError: refused, reset, timed out, a failed TLS handshake, or
+                ApiVersions failed.
         """
         await self.close()
         self._host, self._port = host, port
+        ctx = self.security.ssl_context
         try:
             async with asyncio.timeout(timeout_s):
-                reader, writer = await asyncio.open_connection(host, port)
+                if ctx is None:
+                    reader, writer = await asyncio.open_connection(host, port)
+                else:
+                    reader, writer = await asyncio.open_connection(
+                        host, port, ssl=ctx, server_hostname=host
+                    )
+        except ssl.SSLError as e:
+            raise BrokerNotAvailableError(
+                host, port, f"TLS handshake failed ({self.security.describe()}): {e}"
+            ) from e
         except TimeoutError:
             raise BrokerRequestTimeoutError(
                 host, port, f"connection not established within {timeout_s}s"
@@ -148,11 +188,72 @@ class BrokerClient:
             self._read_loop(conn, reader), name=f"broker-client-read-{host}:{port}"
         )
         try:
-            await self._api_versions(timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await self._api_versions(timeout_s)
+                if self.security.uses_sasl:
+                    await self._authenticate(timeout_s)
+        except TimeoutError:
+            await self.close()
+            raise BrokerRequestTimeoutError(
+                host, port, f"connection not ready within {timeout_s}s"
+            ) from None
         except BaseException:
             await self.close()
             raise
-        log.debug("connected to broker %s:%d as %s", host, port, self.client_id)
+        log.debug(
+            "connected to broker %s:%d as %s (%s)",
+            host,
+            port,
+            self.client_id,
+            self.security.describe(),
+        )
+
+    async def _authenticate(self, timeout_s: float) -> None:
+        """SaslHandshake, then SaslAuthenticate until the mechanism completes (Kafka's
+        ``SaslClientAuthenticator``)."""
+        from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+        from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+
+        sec = self.security
+        sasl = sec.new_sasl_client()
+        who = f"as {sec.username} with {sasl.mechanism_name}"
+        response = await self._send(
+            SaslHandshakeRequest(mechanism=sasl.mechanism_name), _SASL_HANDSHAKE_VERSION, timeout_s
+        )
+        if code := int(response.error_code):
+            enabled = ", ".join(str(m) for m in response.mechanisms)
+            raise BrokerAuthenticationError(
+                self._host,
+                self._port,
+                f"cannot authenticate {who}: {for_code(code).__name__} ({code}); the listener "
+                f"enables {enabled or 'no mechanism'}",
+            )
+        token = sasl.initial_response()
+        while True:
+            response = await self._send(
+                SaslAuthenticateRequest(auth_bytes=token), _SASL_AUTHENTICATE_VERSION, timeout_s
+            )
+            if code := int(response.error_code):
+                raise BrokerAuthenticationError(
+                    self._host,
+                    self._port,
+                    f"authentication {who} failed: {response.error_message or ''} "
+                    f"({for_code(code).__name__}, {code})",
+                )
+            try:
+                token = sasl.evaluate_challenge(bytes(response.auth_bytes))
+            except SaslAuthenticationFailed as e:
+                raise BrokerAuthenticationError(
+                    self._host, self._port, f"authentication {who} failed: {e}"
+                ) from None
+            if sasl.is_complete:
+                lifetime = response.session_lifetime.total_seconds()
+                self._reauth_at = (
+                    time.monotonic() + lifetime * random.uniform(0.85, 0.95)
+                    if lifetime > 0
+                    else None
+                )
+                return
 
     async def _api_versions(self, timeout_s: float) -> None:
         request = ApiVersionsRequest(
@@ -184,6 +285,12 @@ class BrokerClient:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        writer, self._closed_writer = self._closed_writer, None
+        if writer is not None and self.security.ssl_context is not None:
+            # a TLS transport closes after its close_notify: let it, within a bound
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(2):
+                    await writer.wait_closed()
 
     # ------------------------------------------------------------------ requests
 
@@ -235,6 +342,14 @@ class BrokerClient:
         if api_version is None:
             cls = type(request)
             api_version = self.api_version_for(int(cls.__api_key__), int(cls.__version__))
+        reauth_at = self._reauth_at
+        if reauth_at is not None and time.monotonic() >= reauth_at and not self._waiters:
+            log.debug("broker client %s: re-authenticating (KIP-368)", self.address)
+            try:
+                await self._authenticate(timeout_s)
+            except BrokerAuthenticationError:
+                await self.close()
+                raise
         return await self._send(request, api_version, timeout_s)
 
     async def _send(self, request: Any, api_version: int, timeout_s: float) -> Any:
@@ -309,9 +424,11 @@ class BrokerClient:
         writer, self._writer = self._writer, None
         self._conn = None
         self._versions = MappingProxyType({})
+        self._reauth_at = None
         if writer is not None:
             log.debug("broker client %s: %s", self.address, error)
             writer.close()
+            self._closed_writer = writer
         waiters, self._waiters = self._waiters, collections.deque()
         for _, fut in waiters:
             if not fut.done():

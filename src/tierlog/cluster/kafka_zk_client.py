@@ -306,6 +306,27 @@ class KafkaZkClient(ZooKeeperClient):
         change = f"{zd.CONFIG_CHANGES_PATH}/{zd.CONFIG_CHANGE_PREFIX}"
         self._one(create_call(change, notification, sequence=True))
 
+    def get_broker_configs(self, entities: Iterable[str]) -> dict[str, dict[str, str]]:
+        """The dynamic configs of each broker entity (``<default>`` or an id; ``{}`` without
+        any); one pipeline."""
+        names = list(entities)
+        paths = [zd.config_broker_path(e) for e in names]
+        results = self._each([get_call(p) for p in paths], (NoNodeError,))
+        return {
+            e: {} if r is None else zd.decode_topic_config(r[0], path)
+            for e, path, r in zip(names, paths, results, strict=True)
+        }
+
+    def set_broker_config(self, entity: str, config: Mapping[str, str]) -> None:
+        """Replace a broker entity's dynamic configs and announce it with a
+        ``/config/changes`` notification (Kafka's ``changeBrokerConfig``); brokers watch the
+        config znodes themselves."""
+        path = zd.config_broker_path(entity)
+        self.set_or_create(path, zd.encode_topic_config(config))
+        notification = zd.encode_config_change_notification(f"brokers/{entity}")
+        change = f"{zd.CONFIG_CHANGES_PATH}/{zd.CONFIG_CHANGE_PREFIX}"
+        self._one(create_call(change, notification, sequence=True))
+
     # ------------------------------------------------------------------ partition state
 
     def get_partition_states(

@@ -6,17 +6,33 @@ read it from ZooKeeper watches (:mod:`tierlog.cluster.zk_broker`), which update 
 the event loop thread. Readers (Metadata, FindCoordinator, the replica fetchers) read it on the
 same thread, so no lock. Topic entries are replaced, never mutated: a reader holding one sees a
 consistent topic.
+
+**Departed brokers stay listed for a moment.** A broker whose registration went (its session
+expired) stays in :meth:`MetadataCache.listed_brokers`, the broker list of Metadata
+responses, for :data:`DEPARTED_BROKER_GRACE_S`; it is never a leader there (leaders and offline
+replicas come from the live brokers). The controller moves its leaderships a few milliseconds
+after it leaves, so a client's next Metadata answer would otherwise drop the broker and name
+the new leader at once, and librdkafka (2.x) then loses the move: decommissioning the broker
+handle puts the partition back on its internal broker with no leader, until its next leader
+query, a second later (retry.backoff.max.ms). Seen as one more second between a leader's
+SIGKILL and the first write acknowledged by its successor. Listed a little longer, the broker
+loses its partitions first and is decommissioned with none.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from tierlog.cluster.zk_data import BrokerInfo, PartitionState, TopicAssignment
 
-__all__ = ["MetadataCache", "PartitionMetadata", "TopicMetadata"]
+__all__ = ["DEPARTED_BROKER_GRACE_S", "MetadataCache", "PartitionMetadata", "TopicMetadata"]
+
+#: How long a broker that left stays in the broker list of Metadata responses: longer than a
+#: client's leader query backoff (librdkafka's and Java's retry.backoff.max.ms, 1 s).
+DEPARTED_BROKER_GRACE_S = 3.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +71,12 @@ class TopicMetadata:
 class MetadataCache:
     """Brokers, controller and topics, as last read from ZooKeeper."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        #: The live brokers (registered in ZooKeeper).
         self.brokers: dict[int, BrokerInfo] = {}
+        #: Brokers that left: their last registration and when they left (``clock``).
+        self._departed: dict[int, tuple[BrokerInfo, float]] = {}
+        self._clock = clock
         self.controller_id: int | None = None
         self._topics: dict[str, TopicMetadata] = {}
         self._by_id: dict[uuid.UUID, str] = {}
@@ -89,9 +109,26 @@ class MetadataCache:
     def alive_broker_ids(self) -> list[int]:
         return sorted(self.brokers)
 
+    def listed_brokers(self) -> dict[int, BrokerInfo]:
+        """The brokers of Metadata responses: the live ones and those that left less than
+        :data:`DEPARTED_BROKER_GRACE_S` ago (see the module's doc)."""
+        if not self._departed:
+            return self.brokers
+        now = self._clock()
+        grace = DEPARTED_BROKER_GRACE_S
+        for b in [b for b, (_, at) in self._departed.items() if now - at >= grace]:
+            del self._departed[b]
+        return {**{b: info for b, (info, _) in self._departed.items()}, **self.brokers}
+
     # ----------------------------------------------------------------- updates
 
     def set_brokers(self, brokers: Mapping[int, BrokerInfo]) -> None:
+        now = self._clock()
+        for b, info in self.brokers.items():
+            if b not in brokers:
+                self._departed[b] = (info, now)
+        for b in brokers:
+            self._departed.pop(b, None)
         self.brokers = dict(brokers)
 
     def put_topic(

@@ -16,8 +16,15 @@ What comes back, per partition:
 * ``diverging_epoch``: the follower's log has a suffix the leader does not; it truncates
   (Kafka's ``getOffsetTruncationState``, KIP-279) and fetches again, so no divergent suffix
   survives;
-* FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER: the partition waits
-  ``replica.fetch.backoff.ms`` (the metadata will move it to the right leader);
+* FENCED_LEADER_EPOCH (this follower's epoch is older): the partition waits
+  ``replica.fetch.backoff.ms``, unless the metadata moves it first (a new state re-adds it,
+  at once);
+* UNKNOWN_LEADER_EPOCH, NOT_LEADER_OR_FOLLOWER (the leader has not applied the state this
+  follower has: each broker learns it from its own ZooKeeper watch, a few milliseconds apart):
+  the partition asks again after :data:`LEADER_CATCH_UP_BACKOFF_MS` (at most
+  ``replica.fetch.backoff.ms``). Waiting the whole second there held the first acks=all write
+  of a new leader back by a second after a controlled shutdown (its follower asked before
+  the leader knew);
 * OFFSET_OUT_OF_RANGE: below the leader's log start: start the log over at the leader's log
   start; above its end: truncate to the leader's high watermark.
 * OFFSET_MOVED_TO_TIERED_STORAGE (tiered topics): the fetch offset is below the leader's
@@ -53,6 +60,7 @@ if TYPE_CHECKING:
     from tierlog.cluster.partition import Partition
 
 __all__ = [
+    "LEADER_CATCH_UP_BACKOFF_MS",
     "FetcherConfig",
     "ReplicaFetcher",
     "ReplicaFetcherManager",
@@ -77,6 +85,8 @@ _EARLIEST_LOCAL_TIMESTAMP = -4
 #: Rebuilds a follower's log from remote storage: (partition, the leader's local log start
 #: offset, the leader's log start offset); returns once the log is ready to fetch again.
 TierStateMachine = Callable[["Partition", int, int], Awaitable[None]]
+#: How soon a partition asks again when its leader has not applied the new state yet.
+LEADER_CATCH_UP_BACKOFF_MS = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,7 +354,9 @@ class ReplicaFetcher:
                 hw = int(pd.high_watermark)
                 log.info("follower %s is ahead of the leader: truncating to %d", p, hw)
                 lg.truncate_to(max(hw, 0))
-        elif code in (_FENCED_LEADER_EPOCH, _UNKNOWN_LEADER_EPOCH, _NOT_LEADER_OR_FOLLOWER):
+        elif code in (_UNKNOWN_LEADER_EPOCH, _NOT_LEADER_OR_FOLLOWER):
+            self._delay([p], min(self._config.backoff_ms, LEADER_CATCH_UP_BACKOFF_MS) / 1000)
+        elif code == _FENCED_LEADER_EPOCH:
             self._delay([p], self._config.backoff_ms / 1000)
         elif code == _OFFSET_MOVED_TO_TIERED_STORAGE:
             self._start_tier_state_machine(p, int(pd.log_start_offset))

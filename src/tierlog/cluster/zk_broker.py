@@ -92,6 +92,9 @@ class ZkBroker:
         self._watched_topics: set[str] = set()
         #: Serialises topic-list changes: each reads ZooKeeper in threads, in order.
         self._topics_lock = asyncio.Lock()
+        #: Serializes broker-list refreshes: two reads of /brokers/ids in flight at once
+        #: could apply in the wrong order and leave a dead broker listed as live.
+        self._brokers_lock = asyncio.Lock()
         self._closed = False
         self._shutting_down = False
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -242,9 +245,12 @@ class ZkBroker:
     # ----------------------------------------------------------------- brokers, controller
 
     async def _refresh_brokers(self) -> None:
-        brokers = await asyncio.to_thread(self.zk.get_all_brokers)
-        before = set(self.metadata.brokers)
-        self.metadata.set_brokers(brokers)
+        """Read /brokers/ids and apply it. One refresh at a time, each reading after the
+        previous one applied, so the last applied list is the newest read."""
+        async with self._brokers_lock:
+            brokers = await asyncio.to_thread(self.zk.get_all_brokers)
+            before = set(self.metadata.brokers)
+            self.metadata.set_brokers(brokers)
         if set(brokers) != before:
             log.info("live brokers: %s", sorted(brokers))
 
@@ -509,6 +515,17 @@ class ZkBroker:
         return pm.state.controller_epoch if pm is not None and pm.state is not None else 0
 
     def expand_isr(self, partition: Partition, replica_id: int) -> None:
+        t = self.metadata.topic(partition.topic)
+        pm = t.partitions.get(partition.index) if t is not None else None
+        if t is not None and (
+            replica_id in t.removing.get(partition.index, ())
+            or (pm is not None and replica_id not in pm.replicas)
+        ):
+            # KIP-455: a replica a reassignment removes (or has removed) never rejoins the ISR
+            # (its fetcher may still fetch until it learns it is gone); else the ISR would
+            # hold a replica that is not one.
+            partition.isr_change_pending = False
+            return
         log.info("follower %d caught up with %s: adding it to the ISR", replica_id, partition)
         isr = partition.isr | {replica_id}
         partition.propose_isr(isr)  # counted for the high watermark from now on (KIP-497)

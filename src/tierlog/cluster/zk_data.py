@@ -15,8 +15,11 @@ The layout, as a Kafka 3.7 broker in ZooKeeper mode writes it (``zkCli.sh`` show
     /controller_epoch                            plain decimal text; its znode version is the
                                                  controller's fencing token
     /config/topics/<t>                           {"version":1,"config":{"k":"v"}}
+    /config/brokers/<default>, /config/brokers/<id>
+                                                 dynamic broker configs, the same JSON
     /config/changes/config_change_<10 digits>    persistent sequential {"version":2,
-                                                  "entity_path":"topics/<t>"}
+                                                  "entity_path":"topics/<t>"} (or
+                                                  "brokers/<default>", "brokers/<id>")
     /admin/delete_topics/<t>                     empty: topic marked for deletion
     /admin/preferred_replica_election            {"version":1,"partitions":[{"topic":t,
                                                   "partition":p}]}
@@ -58,6 +61,7 @@ CONTROLLER_PATH = "/controller"
 CONTROLLER_EPOCH_PATH = "/controller_epoch"
 CONFIG_PATH = "/config"
 CONFIG_TOPICS_PATH = "/config/topics"
+CONFIG_BROKERS_PATH = "/config/brokers"
 CONFIG_CHANGES_PATH = "/config/changes"
 CONFIG_CHANGE_PREFIX = "config_change_"
 ADMIN_PATH = "/admin"
@@ -122,6 +126,13 @@ def partition_state_path(topic: str, partition: int) -> str:
 
 def config_topic_path(topic: str) -> str:
     return f"{CONFIG_TOPICS_PATH}/{_topic(topic)}"
+
+
+def config_broker_path(entity: str) -> str:
+    """``/config/brokers/<default>`` (the cluster-wide default) or ``/config/brokers/<id>``."""
+    if entity != "<default>" and not entity.isdigit():
+        raise ValueError(f"not a broker config entity: {entity!r}")
+    return f"{CONFIG_BROKERS_PATH}/{entity}"
 
 
 def delete_topic_path(topic: str) -> str:

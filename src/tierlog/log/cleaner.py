@@ -36,8 +36,24 @@ One round over one log (:meth:`Cleaner.do_clean`), as Kafka does it:
 
 Appends go on meanwhile (the active segment is not touched); a segment deleted by retention
 or truncation while its group is being cleaned aborts that group's swap (the log then reads
-as before). Transactions are not supported by tierlog yet: control batches are kept as they
-are and no batch is treated as aborted.
+as before).
+
+Transactions (KIP-98, Kafka's ``CleanedTransactionMetadata``, see
+:mod:`.cleaned_transaction_metadata`): the keys of aborted transactions never enter the
+offset map (a transactional batch is aborted from its transaction's first offset, as the
+``.txnindex`` says, until its producer's ABORT marker), so an aborted value never shadows a
+committed one. While rewriting, the round tracks the transactions of the batches it reads,
+across its groups: a batch of an aborted transaction goes entirely (kept empty only where an
+emptied batch is kept anyway: an active producer's last one, the round's or the group's last);
+a marker stays while its transaction still has a batch in the log (an ABORT marker then
+carries its ``.txnindex`` entry into the cleaned segment; the entries of transactions with no
+data left go), gets a delete horizon (``delete.retention.ms``, KIP-534) in the first round
+that finds its transaction without data, and goes in a round after that horizon -- unless it
+is an active producer's last batch (kept, emptied, for its epoch). A tiered log keeps its
+markers and every ``.txnindex`` entry, as it keeps its tombstones: its aborted data may be in
+remote segments, which only the remote compactor rewrites (it keeps transactional data as it
+is). Transactional batches never take the compiled fast path (``filter_run``) that drops
+runs of batches unseen.
 """
 
 from __future__ import annotations
@@ -51,6 +67,7 @@ import crc32c as _crc32c
 
 from tierlog.errors import CorruptRecordError, LogCleaningAbortedError
 from tierlog.log import log_file_utils as lfu
+from tierlog.log.cleaned_transaction_metadata import CleanedTransactionMetadata
 from tierlog.log.file_records import FileRecords
 from tierlog.log.log import Log
 from tierlog.log.log_cleaner_manager import LogToClean
@@ -58,6 +75,7 @@ from tierlog.log.log_segment import LogSegment, wall_clock_ms
 from tierlog.log.offset_map import SkimpyOffsetMap
 from tierlog.log.offset_map import rebuild_records as _rebuild_records
 from tierlog.log.throttler import Throttler
+from tierlog.log.transaction_index import AbortedTxnFilter
 from tierlog.records.default_records import RecordBatchBuilder, build_empty_batch, read_records
 from tierlog.records.record_batch import (
     COMPRESSION_CODEC_MASK,
@@ -232,9 +250,23 @@ class Cleaner:
         # A tiered log keeps its tombstones: older values of their keys may be in remote
         # segments, which only the remote compactor rewrites (it drops them).
         drop_tombstones = not lg.remote_log_enabled
+        # One transaction state for the whole round: a transaction's data and its marker may
+        # be in different groups.
+        transaction_metadata = CleanedTransactionMetadata()
+        if groups:
+            transaction_metadata.add_aborted_transactions(
+                lg.collect_aborted_transactions(groups[0][0].base_offset, upper_bound)
+            )
         for group in groups:
             self.clean_segments(
-                lg, tp, group, current_time, stats, upper_bound, drop_tombstones=drop_tombstones
+                lg,
+                tp,
+                group,
+                current_time,
+                stats,
+                upper_bound,
+                drop_tombstones=drop_tombstones,
+                transaction_metadata=transaction_metadata,
             )
         stats.buffer_utilization = self.offset_map.utilization
         stats.end_ns = time.monotonic_ns()
@@ -260,10 +292,12 @@ class Cleaner:
         offset_map = self.offset_map
         offset_map.clear()
         dirty = [s for s in lg.segments.values_between(start, end)]
+        aborted = lg.collect_aborted_transactions(start, end)
+        txns = AbortedTxnFilter(aborted) if aborted else None
         for i, segment in enumerate(dirty):
             next_start = dirty[i + 1].base_offset if i + 1 < len(dirty) else end
             self.check_done(tp)
-            if self._build_offset_map_for_segment(tp, segment, start, next_start, stats):
+            if self._build_offset_map_for_segment(tp, segment, start, next_start, stats, txns):
                 log.debug("%s: offset map full in segment %d", lg, segment.base_offset)
                 break
 
@@ -274,6 +308,7 @@ class Cleaner:
         start: int,
         next_segment_start: int,
         stats: CleanerStats,
+        txns: AbortedTxnFilter | None = None,
     ) -> bool:
         offset_map = self.offset_map
         # The table, called directly: this loop runs once per batch of the dirty section.
@@ -302,13 +337,17 @@ class Cleaner:
             self.io_buffer_size,
             self.max_io_buffer_size,
             on_chunk=on_chunk,
-            skip=skip,
+            # With aborted transactions in the range every batch comes here, in order.
+            skip=skip if txns is None else None,
         ):
             last_offset = header.base_offset + header.last_offset_delta
             if last_offset < start:
                 continue
             if header.base_offset >= next_segment_start:
                 break
+            if txns is not None and txns.is_aborted(chunk, header):
+                offset_map.update_latest_offset(last_offset)
+                continue
             if not header.attributes & CONTROL_FLAG_MASK:
                 data, pos, end = records_section(chunk, header, False)
                 count = header.records_count
@@ -391,10 +430,13 @@ class Cleaner:
         upper_bound_offset_of_round: int,
         *,
         drop_tombstones: bool = True,
+        transaction_metadata: CleanedTransactionMetadata | None = None,
     ) -> None:
         """Clean a group into one ``.cleaned`` segment and swap it in (Kafka's
-        ``cleanSegments``); without ``drop_tombstones`` every tombstone stays, its delete
-        horizon passed or not."""
+        ``cleanSegments``); without ``drop_tombstones`` every tombstone and every transaction
+        marker stays, its delete horizon passed or not, and so do the ``.txnindex`` entries
+        of the group. ``transaction_metadata`` (the round's) drops aborted transactional
+        data; without it that stays too."""
         config = lg.config
         cleaned = LogSegment.open(
             lg.dir,
@@ -409,6 +451,12 @@ class Cleaner:
             delete_retention_ms = int(config.get("delete.retention.ms"))
             writer = SegmentWriter(cleaned, self.throttler, stats)
             last_dropped: RecordBatchHeader | None = None
+            # The entries of the aborted transactions whose markers stay go to the cleaned
+            # segment's index as the markers are read (Kafka's); a log that keeps its markers
+            # keeps all of them.
+            keep_entries = transaction_metadata is None or not drop_tombstones
+            if transaction_metadata is not None:
+                transaction_metadata.cleaned_index = None if keep_entries else cleaned.txn_index
             for segment in segments:
                 last_dropped = self.clean_into(
                     tp,
@@ -420,12 +468,17 @@ class Cleaner:
                     current_time,
                     stats,
                     drop_tombstones=drop_tombstones,
+                    transaction_metadata=transaction_metadata,
                 )
             if last_dropped is not None:
                 # Keep the group's last batch, emptied: the cleaned segment ends where its
                 # group ended (see the module docstring).
                 writer.write(empty_batch_of(last_dropped), last_dropped)
             writer.flush()
+            if keep_entries:
+                for segment in segments:
+                    for txn in segment.txn_index.all_aborted_txns():
+                        cleaned.txn_index.append(txn)
             cleaned.on_become_inactive_segment()
             cleaned.flush()
             cleaned.set_last_modified(segments[-1].last_modified)
@@ -461,9 +514,16 @@ class Cleaner:
         stats: CleanerStats,
         *,
         drop_tombstones: bool = True,
+        transaction_metadata: CleanedTransactionMetadata | None = None,
     ) -> RecordBatchHeader | None:
         """Copy what stays of the batches of ``records`` (a segment's) to ``writer`` (Kafka's
         ``cleanInto``); returns the header of the last batch when it was dropped entirely.
+
+        With ``transaction_metadata`` (fed every batch, in order) the batches of aborted
+        transactions go, and, with ``drop_tombstones`` too, so do the markers whose
+        transactions have no data left once their delete horizon has passed (a marker gets
+        its horizon, ``current_time + delete_retention_ms``, in the first round that finds
+        it so). Without it transactional data and markers stay as they are.
 
         The remote compactor calls it too, on a downloaded remote segment."""
         offset_map = self.offset_map
@@ -473,6 +533,7 @@ class Cleaner:
         producers = (
             active_producers if isinstance(active_producers, dict) else dict(active_producers)
         )
+        drop_markers = transaction_metadata is not None and drop_tombstones
 
         def on_chunk(chunk: bytes) -> None:
             self.check_done(tp)
@@ -516,14 +577,47 @@ class Cleaner:
                             bool(attributes & CONTROL_FLAG_MASK)
                             and header.producer_epoch == producer_epoch
                         )
-            if attributes & CONTROL_FLAG_MASK:
-                # No transactions yet: markers stay as they are.
-                stats.messages_read += header.records_count
-                stats.messages_written += header.records_count
-                writer.write(_slice(chunk, header), header)
-                last_dropped = None
-                continue
             has_horizon = bool(attributes & DELETE_HORIZON_FLAG_MASK)
+            discard = (
+                transaction_metadata is not None
+                and transaction_metadata.should_discard_batch(chunk, header)
+            )
+            if attributes & CONTROL_FLAG_MASK:
+                count = header.records_count
+                stats.messages_read += count
+                if not drop_markers:
+                    stats.messages_written += count
+                    writer.write(_slice(chunk, header), header)
+                    last_dropped = None
+                    continue
+                # Kafka: a marker goes once its transaction has no data left and its delete
+                # horizon has passed; it gets that horizon in the first round that finds it
+                # without data.
+                if count and not (
+                    discard and has_horizon and header.base_timestamp <= current_time
+                ):
+                    stats.messages_written += count
+                    if discard and not has_horizon:
+                        horizon = current_time + delete_retention_ms
+                        kept = list(range(count))
+                        writer.write(retained_batch(chunk, header, kept, horizon), header)
+                    else:
+                        writer.write(_slice(chunk, header), header)
+                    last_dropped = None
+                elif retain_empty:
+                    writer.write(empty_batch_of(header), header)
+                    last_dropped = None
+                else:
+                    last_dropped = header
+                continue
+            if discard:  # a batch of an aborted transaction: all of it goes
+                stats.messages_read += header.records_count
+                if retain_empty:
+                    writer.write(empty_batch_of(header), header)
+                    last_dropped = None
+                else:
+                    last_dropped = header
+                continue
             retain_deletes = (
                 not drop_tombstones or not has_horizon or current_time < header.base_timestamp
             )
@@ -579,7 +673,9 @@ def retained_batch(chunk: bytes, header: RecordBatchHeader, kept: list[int], hor
         data, pos, end, header.records_count, header.position, kept,
         header.base_timestamp, horizon, log_append_time,
     )  # fmt: skip
-    new_attributes = attributes & (TIMESTAMP_TYPE_MASK | TRANSACTIONAL_FLAG_MASK)
+    new_attributes = attributes & (
+        TIMESTAMP_TYPE_MASK | TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK
+    )
     if horizon >= 0:
         new_attributes |= DELETE_HORIZON_FLAG_MASK
     head = HEADER_STRUCT.pack(
@@ -616,6 +712,7 @@ def retained_batch_py(
         producer_epoch=header.producer_epoch,
         base_sequence=header.base_sequence,
         is_transactional=bool(attributes & TRANSACTIONAL_FLAG_MASK),
+        is_control=bool(attributes & CONTROL_FLAG_MASK),
         timestamp_type=1 if attributes & TIMESTAMP_TYPE_MASK else 0,
         delete_horizon_ms=horizon,
     )

@@ -95,6 +95,19 @@ class LogCleaner:
             t.join()
         self._threads = []
 
+    def reconfigure(self, config: CleanerConfig) -> None:
+        """Take new settings (Kafka's ``reconfigure``, a dynamic broker config changed): the
+        running threads stop (a clean in progress is aborted; its log stays as it was) and
+        the new number of threads starts with the new buffers, throttle and backoff."""
+        running = bool(self._threads)
+        if running:
+            self.shutdown()
+        self.config = config
+        self.throttler = Throttler(config.max_io_bytes_per_second, sleep=self._stopping.wait)
+        log.info("log cleaner reconfigured: %s", config)
+        if running:
+            self.startup()
+
     def wakeup(self) -> None:
         """Look for work now instead of after the backoff (tests, config changes)."""
         self._wakeup.set()

@@ -32,9 +32,10 @@ afterwards from the latest snapshot plus a replay of the log (see :func:`rebuild
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,7 +47,8 @@ from tierlog.log.log_config import LogConfig
 from tierlog.log.log_segment import LogSegment, wall_clock_ms
 from tierlog.log.log_segments import LogSegments
 from tierlog.log.producer_state_manager import ProducerStateManager
-from tierlog.records.record_batch import NO_PRODUCER_ID
+from tierlog.records.control_records import EndTransactionMarker, read_end_txn_marker
+from tierlog.records.record_batch import NO_PRODUCER_ID, RecordBatchHeader
 
 __all__ = [
     "LoadedLogOffsets",
@@ -136,10 +138,14 @@ class LogLoader:
 
         first_base = self.segments.first_segment_base_offset or 0
         checkpoint = self.log_start_offset_checkpoint
-        if checkpoint is None:
+        if self.remote_log_enabled:
+            # Kafka's LogLoader: with remote storage the local segments say nothing of the log
+            # start (the part below them may be remote). No checkpoint yet (a crash before the
+            # first one) counts as 0; tiered storage then raises it to the earliest remote
+            # offset it finds (TieredStorage._reconcile_log_start_offsets).
+            log_start_offset = checkpoint or 0
+        elif checkpoint is None:
             log_start_offset = first_base
-        elif self.remote_log_enabled:
-            log_start_offset = checkpoint
         else:
             log_start_offset = max(checkpoint, first_base)
 
@@ -361,10 +367,18 @@ def rebuild_producer_state(
     log_start_offset: int,
     log_end_offset: int,
     now_ms: int,
+    rebuild_txn_indexes: Collection[int] = (),
 ) -> int:
     """Kafka's ``rebuildProducerState``: load the latest snapshot at or below the log end
-    offset, then replay the batches from there to the end. Returns the batches replayed."""
+    offset, then replay the batches from there to the end. Returns the batches replayed.
+
+    ``rebuild_txn_indexes``: base offsets of segments whose ``.txnindex`` was reset by
+    recovery; the aborts replayed there are indexed again. Snapshots above the first of them
+    are dropped first, so the replay covers them whole."""
     psm = producer_state_manager
+    if rebuild_txn_indexes:
+        psm.delete_snapshots_after(min(rebuild_txn_indexes))
+        psm.update_map_end_offset(-1)  # reload: the replay must start at or below the first
     psm.truncate_and_reload(log_start_offset, log_end_offset, now_ms)
     start = psm.map_end_offset
     replayed = 0
@@ -377,10 +391,21 @@ def rebuild_producer_state(
                 if header.base_offset >= log_end_offset:
                     break
                 if header.producer_id != NO_PRODUCER_ID:
-                    psm.update(header, header.base_offset, header.last_offset, header.max_timestamp)
+                    marker = read_marker(segment, header) if header.is_control_batch else None
+                    completed = psm.update(
+                        header, header.base_offset, header.last_offset, header.max_timestamp, marker
+                    )
+                    if completed is not None and segment.base_offset in rebuild_txn_indexes:
+                        segment.update_txn_index(completed, psm.last_stable_offset(completed))
                     replayed += 1
     psm.update_map_end_offset(log_end_offset)
     return replayed
+
+
+def read_marker(segment: LogSegment, header: RecordBatchHeader) -> EndTransactionMarker | None:
+    """The COMMIT/ABORT marker of the control batch ``header`` (read from ``segment``)."""
+    data = segment.log.read(header.position, header.size_in_bytes)
+    return read_end_txn_marker(data, dataclasses.replace(header, position=0))
 
 
 def rebuild_leader_epochs(cache: LeaderEpochFileCache, segments: LogSegments) -> None:

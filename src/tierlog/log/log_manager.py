@@ -34,6 +34,7 @@ flushes, writes checkpoints and removes deleted partition dirs.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -647,6 +648,40 @@ class LogManager:
                 if lg is not None:
                     lg.update_config(config)
             return new
+
+    def reconfigure_default_log_config(self, default_config: LogConfig) -> None:
+        """New broker-level topic defaults (Kafka's ``reconfigureDefaultLogConfig``, a dynamic
+        broker config changed): every topic and every log keeps its own overrides over them,
+        and takes the new defaults for the rest at once.
+
+        Raises:
+            InvalidConfig: a topic's overrides do not validate over the new defaults (nothing
+                changed).
+        """
+        with self._lock:
+            topics = {
+                name: dataclasses.replace(info, config=self._over(default_config, info.config))
+                for name, info in self._registry.topics.items()
+            }
+            logs = {tp: self._over(default_config, lg.config) for tp, lg in self._logs.items()}
+            self._default_config = default_config
+            self._registry.reconfigure(default_config, topics)
+            for tp, config in logs.items():
+                self._logs[tp].update_config(config)
+
+    @staticmethod
+    def _over(default_config: LogConfig, config: LogConfig) -> LogConfig:
+        try:
+            return default_config.with_overrides(config.to_props(overrides_only=True))
+        except ConfigError as e:
+            raise InvalidConfig(str(e)) from None
+
+    def reconfigure_cleaner(self, config: CleanerConfig) -> None:
+        """New ``log.cleaner.*`` settings: the cleaner threads restart with them (Kafka's
+        ``LogCleaner.reconfigure``)."""
+        self._cleaner_config = config
+        if self.cleaner is not None:
+            self.cleaner.reconfigure(config)
 
     # ----------------------------------------------------------------- maintenance
 

@@ -45,6 +45,7 @@ from tierlog.log.file_records import (
 )
 from tierlog.log.offset_index import OffsetIndex, OffsetPosition
 from tierlog.log.time_index import TimeIndex
+from tierlog.log.transaction_index import AbortedTxn, TransactionIndex, TxnIndexSearchResult
 from tierlog.records.record_batch import (
     CRC_START,
     CURRENT_MAGIC,
@@ -60,7 +61,7 @@ from tierlog.records.record_batch import (
 if TYPE_CHECKING:
     from tierlog.log.leader_epoch_file_cache import LeaderEpochFileCache
     from tierlog.log.log_config import LogConfig
-    from tierlog.log.producer_state_manager import ProducerStateManager
+    from tierlog.log.producer_state_manager import CompletedTxn, ProducerStateManager
 
 __all__ = ["FetchDataInfo", "LogSegment", "RollParams", "TimestampAndOffset"]
 
@@ -100,6 +101,9 @@ class FetchDataInfo:
     fetch_offset: int
     records: bytes
     first_entry_incomplete: bool = False
+    #: read_committed reads of remote storage: the aborted transactions of the range (None:
+    #: not asked for; local reads leave it to the replica manager).
+    aborted_transactions: list[AbortedTxn] | None = None
 
 
 # A frozen dataclass's __init__ goes through object.__setattr__ per field; the read path
@@ -107,7 +111,7 @@ class FetchDataInfo:
 _FETCH_DATA_INFO_SETTERS: tuple[Callable[[FetchDataInfo, object], None], ...] = tuple(
     FetchDataInfo.__dict__[f.name].__set__ for f in dataclasses.fields(FetchDataInfo)
 )
-_F0, _F1, _F2 = _FETCH_DATA_INFO_SETTERS
+_F0, _F1, _F2, _F3 = _FETCH_DATA_INFO_SETTERS
 
 
 def _fetch_data_info(
@@ -118,6 +122,7 @@ def _fetch_data_info(
     _F0(info, fetch_offset)
     _F1(info, records)
     _F2(info, first_entry_incomplete)
+    _F3(info, None)
     return info
 
 
@@ -159,10 +164,15 @@ class LogSegment:
         index_interval_bytes: int,
         roll_jitter_ms: int = 0,
         time_ms: Callable[[], int] = wall_clock_ms,
+        txn_index: TransactionIndex | None = None,
     ) -> None:
         self.log = log_records
         self.offset_index = offset_index
         self.time_index = time_index
+        #: Aborted transactions whose marker is here; its file exists only once one is.
+        self.txn_index = txn_index or TransactionIndex(
+            lfu.transaction_index_file(log_records.path.parent, base_offset), base_offset
+        )
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.roll_jitter_ms = roll_jitter_ms
@@ -214,6 +224,11 @@ class LogSegment:
         max_index_size = config.max_index_size
         offset_index = OffsetIndex(index_path, base_offset, max_index_size)
         time_index = TimeIndex(time_index_path, base_offset, max_index_size)
+        txn_index = TransactionIndex(
+            lfu.transaction_index_file(dir, base_offset, file_suffix),
+            base_offset,
+            exists=None if file_already_exists else False,
+        )
         return cls(
             records,
             offset_index,
@@ -222,6 +237,7 @@ class LogSegment:
             config.index_interval,
             random_segment_jitter(config),
             time_ms,
+            txn_index,
         )
 
     # ------------------------------------------------------------------ state
@@ -359,6 +375,8 @@ class LogSegment:
         # for the same data fits exactly, and every resize remaps the file.
         offset_index.truncate()
         time_index.truncate()
+        # Rebuilt by the log's replay of producer state (log_loader.rebuild_producer_state).
+        self.txn_index.reset()
         max_ts = -1
         offset_of_max_ts = base
         valid = 0
@@ -489,6 +507,29 @@ class LogSegment:
         self._rolling_based_timestamp = None
         return truncated
 
+    def update_txn_index(self, completed: CompletedTxn, last_stable_offset: int) -> None:
+        """Index ``completed`` when it was aborted (its marker was appended here).
+
+        Raises:
+            OSError: the index could not be written.
+        """
+        if completed.is_aborted:
+            self.txn_index.append(
+                AbortedTxn(
+                    completed.producer_id,
+                    completed.first_offset,
+                    completed.last_offset,
+                    last_stable_offset,
+                )
+            )
+
+    def collect_aborted_txns(
+        self, fetch_offset: int, upper_bound_offset: int
+    ) -> TxnIndexSearchResult:
+        """This segment's aborted transactions overlapping ``[fetch_offset,
+        upper_bound_offset)`` (see :meth:`TransactionIndex.collect_aborted_txns`)."""
+        return self.txn_index.collect_aborted_txns(fetch_offset, upper_bound_offset)
+
     def truncate_to(self, offset: int) -> int:
         """Remove every batch holding an offset >= ``offset`` (the whole batch containing
         ``offset`` goes) and the index entries pointing there; returns bytes removed.
@@ -498,6 +539,7 @@ class LogSegment:
         mapping = self.translate_offset(offset)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         self.resize_indexes(self.offset_index.max_index_size)
         bytes_truncated = 0 if mapping is None else self.log.truncate_to(mapping.position)
         if self.log.size_in_bytes() == 0:
@@ -540,12 +582,14 @@ class LogSegment:
         """
         self.offset_index.sanity_check()
         self.time_index.sanity_check()
+        self.txn_index.sanity_check()
 
     def flush(self) -> None:
-        """fsync the log and msync both indexes."""
+        """fsync the log and the transaction index, msync both offset and time indexes."""
         self.log.flush()
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def close(self) -> None:
         """Record the final max timestamp, trim and close every file."""
@@ -578,8 +622,7 @@ class LogSegment:
         self.log.delete_if_exists()
         self.offset_index.path.unlink(missing_ok=True)
         self.time_index.path.unlink(missing_ok=True)
-        txn = lfu.transaction_index_file(self.log.path.parent, self.base_offset)
-        txn.unlink(missing_ok=True)
+        self.txn_index.delete_if_exists()
 
     @property
     def deleted(self) -> bool:
@@ -598,6 +641,7 @@ class LogSegment:
         self.log.rename_to(_replace_suffix(self.log.path, old_suffix, new_suffix))
         self.offset_index.rename_to(_replace_suffix(self.offset_index.path, old_suffix, new_suffix))
         self.time_index.rename_to(_replace_suffix(self.time_index.path, old_suffix, new_suffix))
+        self.txn_index.rename_to(_replace_suffix(self.txn_index.path, old_suffix, new_suffix))
 
     def has_suffix(self, suffix: str) -> bool:
         return all(
@@ -609,6 +653,7 @@ class LogSegment:
         self.log.update_parent_dir(dir)
         self.offset_index.update_parent_dir(dir)
         self.time_index.update_parent_dir(dir)
+        self.txn_index.update_parent_dir(dir)
 
     # ------------------------------------------------------------------ rolling
 

@@ -37,6 +37,7 @@ from tierlog.records.record_batch import (
     COMPRESSION_CODEC_MASK,
     CONTROL_FLAG_MASK,
     RECORD_BATCH_OVERHEAD,
+    TRANSACTIONAL_FLAG_MASK,
     iter_headers,
 )
 from tierlog.records.record_keys import read_section_keys
@@ -60,6 +61,9 @@ _md5 = hashlib.md5
 #: The default of dict.get for every key of a batch (endless: map() stops at the keys' end).
 _MINUS_ONES = repeat(-1)
 _CODEC_OR_CONTROL = COMPRESSION_CODEC_MASK | CONTROL_FLAG_MASK
+#: The batches filter_run leaves to the cleaner: transactional ones too (it tracks their
+#: transactions, see tierlog.log.cleaned_transaction_metadata).
+_CODEC_CONTROL_OR_TXN = _CODEC_OR_CONTROL | TRANSACTIONAL_FLAG_MASK
 
 
 def key_digest(key: bytes) -> bytes:
@@ -258,8 +262,9 @@ class DictTable:
         from byte ``off`` that go entirely: none of their records stays
         (:meth:`filter_batch`) and they need not stay as an empty batch (not the round's
         last -- its last offset + 1 is ``upper_bound`` -- nor an active producer's last data
-        batch). Stops at the first other batch, which the caller handles, or after the last
-        complete batch; returns (where it stopped, bytes, records, records without a key,
+        batch) and are not transactional (the cleaner tracks their transactions). Stops at
+        the first other batch, which the caller handles, or after the last complete batch;
+        returns (where it stopped, bytes, records, records without a key,
         position of the last batch it dropped or -1).
 
         Raises:
@@ -271,7 +276,7 @@ class DictTable:
             off = h.position
             last_offset = h.base_offset + h.last_offset_delta
             if (
-                h.attributes & _CODEC_OR_CONTROL
+                h.attributes & _CODEC_CONTROL_OR_TXN
                 or last_offset + 1 == upper_bound
                 or last_offset > latest_offset
             ):

@@ -21,9 +21,19 @@ all integers big-endian, Kafka's ``PID_SNAPSHOT_MAP_SCHEMA`` version 1::
         CoordinatorEpoch       int32    of the last transaction marker (-1: none)
         CurrentTxnFirstOffset  int64    first offset of the open transaction (-1: none)
 
-Only the last batch of each producer survives a snapshot, as in Kafka. Transactions are out
-of scope: ``coordinator_epoch`` and ``current_txn_first_offset`` are carried through
-snapshots and cleared by control batches, but never started here.
+Only the last batch of each producer survives a snapshot, as in Kafka.
+
+Transactions: a producer's first transactional batch opens its transaction
+(``current_txn_first_offset``, an *ongoing* transaction keyed by that offset); its COMMIT or
+ABORT marker (a control batch) completes it, returning a :class:`CompletedTxn` the log turns
+into a ``.txnindex`` entry when aborted. A completed transaction stays *unreplicated* until
+the high watermark passes its marker. The first unstable offset is the smallest first offset
+of an ongoing or unreplicated transaction; the log's last stable offset is
+``min(first unstable offset, high watermark)``::
+
+    offsets:   ... 10 [P1 data 11..14 ..... P1 COMMIT 20] 21 [P2 data 22 ... (open)
+                       ^ ongoing(P1) until 20 is written, unreplicated until HW > 20
+                                                              ^ first unstable offset = 22
 """
 
 from __future__ import annotations
@@ -37,7 +47,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tierlog.errors import CorruptSnapshotError, InvalidProducerEpoch, OutOfOrderSequenceNumber
+from tierlog.errors import (
+    CorruptSnapshotError,
+    InvalidProducerEpoch,
+    InvalidTxnState,
+    OutOfOrderSequenceNumber,
+    TransactionCoordinatorFenced,
+)
 from tierlog.log.log_file_utils import (
     DELETED_FILE_SUFFIX,
     is_snapshot_file,
@@ -45,6 +61,7 @@ from tierlog.log.log_file_utils import (
     producer_snapshot_file,
     write_atomically,
 )
+from tierlog.records.control_records import EndTransactionMarker
 from tierlog.records.record_batch import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
@@ -102,6 +119,16 @@ class BatchMetadata:
     @property
     def offset_delta(self) -> int:
         return self.last_offset - self.first_offset
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction ended by a marker at ``last_offset`` (Kafka's ``CompletedTxn``)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
 
 
 def _batches() -> deque[BatchMetadata]:
@@ -291,6 +318,12 @@ class ProducerStateManager:
         self._snapshots: dict[int, Path] = self._list_snapshots() if load_snapshots else {}
         self._last_map_offset = 0
         self._last_snap_offset = 0
+        #: Open transactions: first offset -> producer id, in offset order.
+        self._ongoing_txns: dict[int, int] = {}
+        #: Completed transactions whose marker the high watermark has not passed yet:
+        #: first offset -> (producer id, marker offset).
+        self._unreplicated_txns: dict[int, tuple[int, int]] = {}
+        self._first_unstable_offset: int | None = None
 
     @property
     def log_dir(self) -> Path:
@@ -328,12 +361,19 @@ class ProducerStateManager:
         return self._producers.get(producer_id)
 
     def load_producer_entry(self, entry: ProducerStateEntry) -> None:
-        """Insert ``entry`` as is (snapshot loading, tests)."""
+        """Insert ``entry`` as is (snapshot loading, tests); its open transaction too."""
         self._producers[entry.producer_id] = entry
+        first = entry.current_txn_first_offset
+        if first is not None:
+            self._ongoing_txns[first] = entry.producer_id
+            self._ongoing_txns = dict(sorted(self._ongoing_txns.items()))
+            self._update_first_unstable_offset()
 
     # ------------------------------------------------------------------ append path
 
-    def check(self, header: RecordBatchHeader) -> BatchMetadata | None:
+    def check(
+        self, header: RecordBatchHeader, marker: EndTransactionMarker | None = None
+    ) -> BatchMetadata | None:
         """Validate a batch about to be appended against its producer's state.
 
         Returns the original :class:`BatchMetadata` when the batch duplicates one of the
@@ -343,16 +383,31 @@ class ProducerStateManager:
         sequence is accepted then, as in Kafka >= 2.5, since their state may have been
         removed by retention).
 
+        A control batch carries its ``marker`` (from the coordinator): its coordinator epoch
+        must not be older than the one of the producer's previous marker.
+
         Raises:
             InvalidProducerEpoch: the batch's epoch is older than the producer's.
             OutOfOrderSequenceNumber: same epoch and the first sequence does not follow the
                 last one; or a new epoch whose first sequence is not 0.
+            InvalidTxnState: a non-transactional batch while the producer's transaction is
+                open.
+            TransactionCoordinatorFenced: a marker from an older coordinator epoch.
         """
         if header.producer_id == NO_PRODUCER_ID:
             return None
         entry = self._producers.get(header.producer_id)
         if entry is None:
             return None
+        if (
+            marker is not None
+            and entry.coordinator_epoch > marker.coordinator_epoch
+            and header.producer_epoch >= entry.producer_epoch
+        ):
+            raise TransactionCoordinatorFenced(
+                f"invalid coordinator epoch for producer {header.producer_id}: "
+                f"{marker.coordinator_epoch} (zombie), {entry.coordinator_epoch} (current)"
+            )
         epoch = header.producer_epoch
         if epoch == entry.producer_epoch and not header.is_control_batch:
             duplicate = entry.find_duplicate_batch(header)
@@ -365,6 +420,16 @@ class ProducerStateManager:
             )
         if header.is_control_batch:
             return None
+        if (
+            not header.is_transactional
+            and entry.current_txn_first_offset is not None
+            and epoch == entry.producer_epoch
+        ):
+            raise InvalidTxnState(
+                f"expected a transactional write from producer {header.producer_id} at "
+                f"offset {header.base_offset}: its transaction from offset "
+                f"{entry.current_txn_first_offset} is open"
+            )
         first_seq = header.base_sequence
         if epoch != entry.producer_epoch:
             # A bumped epoch must start again at sequence 0 (unless the old epoch is unknown).
@@ -385,24 +450,43 @@ class ProducerStateManager:
         return None
 
     def update(
-        self, header: RecordBatchHeader, first_offset: int, last_offset: int, timestamp: int
-    ) -> None:
+        self,
+        header: RecordBatchHeader,
+        first_offset: int,
+        last_offset: int,
+        timestamp: int,
+        marker: EndTransactionMarker | None = None,
+    ) -> CompletedTxn | None:
         """Record an appended batch at ``[first_offset, last_offset]`` with max ``timestamp``.
 
         Also moves :attr:`map_end_offset` up to ``last_offset + 1``. A no-op for batches
-        without a producer id. A control batch (transaction marker) only updates the epoch
-        and ends the open transaction.
+        without a producer id. A transactional data batch opens the producer's transaction
+        when none is open. A control batch (``marker``: its COMMIT/ABORT, None for another
+        control type) only updates the epoch and the coordinator epoch and ends the open
+        transaction: the :class:`CompletedTxn` comes back (None when none was open). The
+        caller then asks :meth:`last_stable_offset` for the ``.txnindex`` entry of an abort.
         """
         if header.producer_id == NO_PRODUCER_ID:
-            return
-        entry = self._producers.get(header.producer_id)
+            return None
+        pid = header.producer_id
+        entry = self._producers.get(pid)
         if entry is None:
-            entry = ProducerStateEntry(header.producer_id)
-            self._producers[header.producer_id] = entry
+            entry = ProducerStateEntry(pid)
+            self._producers[pid] = entry
+        completed: CompletedTxn | None = None
         if header.is_control_batch:
             entry.maybe_update_producer_epoch(header.producer_epoch)
             entry.last_timestamp = timestamp
-            entry.current_txn_first_offset = None
+            if marker is not None:
+                first = entry.current_txn_first_offset
+                if first is not None:
+                    completed = CompletedTxn(pid, first, last_offset, marker.is_abort)
+                    if self._ongoing_txns.get(first) == pid:
+                        del self._ongoing_txns[first]
+                    self._unreplicated_txns[first] = (pid, last_offset)
+                    self._update_first_unstable_offset()
+                entry.current_txn_first_offset = None
+                entry.coordinator_epoch = marker.coordinator_epoch
         else:
             entry.add_batch(
                 header.producer_epoch,
@@ -410,8 +494,65 @@ class ProducerStateManager:
                     header.base_sequence, header.last_sequence, first_offset, last_offset, timestamp
                 ),
             )
+            if header.is_transactional and entry.current_txn_first_offset is None:
+                entry.current_txn_first_offset = first_offset
+                self._ongoing_txns[first_offset] = pid
+                self._update_first_unstable_offset()
         if last_offset + 1 > self._last_map_offset:
             self._last_map_offset = last_offset + 1
+        return completed
+
+    # ------------------------------------------------------------------ transactions
+
+    def _update_first_unstable_offset(self) -> None:
+        # Both maps are in offset order (appends come in offset order; a reload rebuilds
+        # them in order), so their first keys are their minimums.
+        ongoing = next(iter(self._ongoing_txns), None)
+        unreplicated = min(self._unreplicated_txns, default=None)
+        if ongoing is None:
+            self._first_unstable_offset = unreplicated
+        elif unreplicated is None:
+            self._first_unstable_offset = ongoing
+        else:
+            self._first_unstable_offset = min(ongoing, unreplicated)
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the earliest ongoing or not yet replicated transaction; None
+        when there is none. A plain attribute read: safe from any thread."""
+        return self._first_unstable_offset
+
+    @property
+    def ongoing_txns(self) -> Mapping[int, int]:
+        """First offset -> producer id of every open transaction, in offset order."""
+        return types.MappingProxyType(self._ongoing_txns)
+
+    def has_unreplicated_txns(self) -> bool:
+        return bool(self._unreplicated_txns)
+
+    def last_stable_offset(self, completed: CompletedTxn) -> int:
+        """The last stable offset right after ``completed`` (Kafka's ``lastStableOffset``):
+        the first offset of the earliest transaction still open, else the offset after the
+        marker. Stored in the ``.txnindex`` entry of an abort."""
+        for first, pid in self._ongoing_txns.items():
+            if pid != completed.producer_id:
+                return first
+        return completed.last_offset + 1
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """Forget completed transactions whose marker is below ``high_watermark``."""
+        if not self._unreplicated_txns:
+            return
+        done = [f for f, (_, last) in self._unreplicated_txns.items() if last < high_watermark]
+        if done:
+            for first in done:
+                del self._unreplicated_txns[first]
+            self._update_first_unstable_offset()
+
+    def _reset_txns(self) -> None:
+        self._ongoing_txns.clear()
+        self._unreplicated_txns.clear()
+        self._first_unstable_offset = None
 
     def _is_expired(self, now_ms: int, entry: ProducerStateEntry) -> bool:
         return (
@@ -508,6 +649,12 @@ class ProducerStateManager:
             if snapshot_offset < offset:
                 self._remove_and_delete_snapshot(snapshot_offset)
 
+    def delete_snapshots_after(self, offset: int) -> None:
+        """Delete every snapshot at an offset above ``offset``."""
+        for snapshot_offset in self.snapshot_offsets():
+            if snapshot_offset > offset:
+                self._remove_and_delete_snapshot(snapshot_offset)
+
     def remove_stray_snapshots(self, segment_base_offsets: Iterable[int]) -> None:
         """Delete snapshots that match no segment, except the newest stray one when it is
         above every segment (the snapshot written by a clean shutdown at the log end)."""
@@ -547,6 +694,7 @@ class ProducerStateManager:
                 self._remove_and_delete_snapshot(offset)
         if log_end_offset != self._last_map_offset:
             self._producers.clear()
+            self._reset_txns()
             self._load_from_snapshot(log_start_offset, current_time_ms)
         else:
             self.on_log_start_offset_incremented(log_start_offset)
@@ -576,12 +724,17 @@ class ProducerStateManager:
         """Bring :attr:`map_end_offset` up to a raised log start offset."""
         if self._last_map_offset < log_start_offset:
             self._last_map_offset = log_start_offset
+        gone = [f for f, (_, last) in self._unreplicated_txns.items() if last < log_start_offset]
+        for first in gone:
+            del self._unreplicated_txns[first]
+        self._update_first_unstable_offset()
         latest = self.latest_snapshot_offset()
         self._last_snap_offset = latest if latest is not None else log_start_offset
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Forget every producer, delete every snapshot, and start the map at ``offset``."""
         self._producers.clear()
+        self._reset_txns()
         for snapshot_offset in self.snapshot_offsets():
             self._remove_and_delete_snapshot(snapshot_offset)
         self._last_snap_offset = 0

@@ -186,6 +186,12 @@ class TopicRegistry:
         self._topics = topics
         self._deleted_ids = frozenset(deleted)
 
+    def reconfigure(self, default_config: LogConfig, topics: Mapping[str, TopicInfo]) -> None:
+        """New broker-level defaults and the topics' configs derived from them (in memory:
+        the file keeps only each topic's overrides, which did not change)."""
+        self._default_config = default_config
+        self._topics = dict(topics)
+
     def _lenient_config(self, configs: Mapping[str, str]) -> LogConfig:
         config = self._default_config
         for k, v in configs.items():

@@ -55,7 +55,10 @@ from tierlog.log.log_validator import (
 from tierlog.log.partition_metadata_file import PartitionMetadataFile
 from tierlog.log.producer_state_manager import ProducerStateManager, decode_snapshot
 from tierlog.log.time_index import TimestampOffset
+from tierlog.log.transaction_index import AbortedTxn
+from tierlog.records.control_records import EndTransactionMarker, read_end_txn_marker
 from tierlog.records.record_batch import (
+    CONTROL_FLAG_MASK,
     LOG_OVERHEAD,
     NO_PRODUCER_ID,
     NO_TIMESTAMP,
@@ -136,8 +139,12 @@ class UnifiedLog(LocalLog):
         )
         hw = log_end_offset if high_watermark is None else high_watermark
         self._high_watermark = min(max(hw, log_start_offset), log_end_offset)
+        producer_state_manager.on_high_watermark_updated(self._high_watermark)
         self._latest_epoch = leader_epoch_cache.latest_epoch
 
+        #: Whether any segment may hold aborted transactions (a .txnindex file): a log that
+        #: never had one answers read_committed fetches without looking at its segments.
+        self._may_have_aborted_txns = any(s.txn_index.path.exists() for s in segments.values())
         #: Tiered storage gates local deletion on the remote copy state; None allows all.
         self.can_delete_local_segment: Callable[[LogSegment], bool] | None = None
         #: Tiered storage: highest offset copied to remote storage (-1: none), advanced by the
@@ -215,6 +222,7 @@ class UnifiedLog(LocalLog):
             offsets.log_start_offset,
             offsets.log_end_offset,
             time_ms(),
+            loader.recovered,
         )
         return cls(
             dir,
@@ -260,8 +268,13 @@ class UnifiedLog(LocalLog):
 
     @property
     def last_stable_offset(self) -> int:
-        """No transactions yet: the high watermark."""
-        return self._high_watermark
+        """The offset below which every transaction is decided (Kafka's
+        ``lastStableOffset``): the first offset of the earliest open (or not yet replicated)
+        transaction when that is below the high watermark, else the high watermark.
+        read_committed consumers read up to here. Two attribute reads, no lock."""
+        hw = self._high_watermark
+        first_unstable = self.producer_state_manager.first_unstable_offset
+        return hw if first_unstable is None or first_unstable >= hw else first_unstable
 
     @property
     def remote_log_enabled(self) -> bool:
@@ -299,6 +312,7 @@ class UnifiedLog(LocalLog):
         """Set the high watermark, clamped to [log start offset, log end offset]; returns it."""
         hw = min(max(offset, self._log_start_offset), self._leo.offset)
         self._high_watermark = hw
+        self._on_high_watermark_updated(hw)
         return hw
 
     def maybe_increment_high_watermark(self, offset: int) -> bool:
@@ -306,8 +320,18 @@ class UnifiedLog(LocalLog):
         offset = min(offset, self._leo.offset)
         if offset > self._high_watermark:
             self._high_watermark = offset
+            self._on_high_watermark_updated(offset)
             return True
         return False
+
+    def _on_high_watermark_updated(self, hw: int) -> None:
+        # Completed transactions stop holding the last stable offset back once their
+        # marker is below the high watermark. The check is one truth test, so logs without
+        # transactions never take the lock here.
+        psm = self.producer_state_manager
+        if psm.has_unreplicated_txns():
+            with self._lock:
+                psm.on_high_watermark_updated(hw)
 
     # ================================================================== append
 
@@ -318,6 +342,7 @@ class UnifiedLog(LocalLog):
         leader_epoch: int = 0,
         assign_offsets: bool = True,
         origin_client: bool = True,
+        origin_coordinator: bool = False,
     ) -> LogAppendInfo:
         """Validate and append record batches; returns where they went.
 
@@ -338,7 +363,8 @@ class UnifiedLog(LocalLog):
             RecordListTooLarge: the whole input is larger than ``segment.bytes``.
             UnsupportedCompressionType: an unknown codec id.
             InvalidTimestamp: a CreateTime outside the configured bounds.
-            InvalidProducerEpoch, OutOfOrderSequenceNumber: producer state violations.
+            InvalidProducerEpoch, OutOfOrderSequenceNumber, InvalidTxnState,
+                TransactionCoordinatorFenced: producer state violations.
             LogSegmentOffsetOverflowError: a single append spans more than 2**31 offsets.
             OSError: the write failed.
         """
@@ -362,14 +388,23 @@ class UnifiedLog(LocalLog):
             if self._closed:
                 raise ValueError(f"{self} is closed")
             headers: list[RecordBatchHeader | None] | None = None
+            markers: list[EndTransactionMarker | None] | None = None
             if has_producer_ids:
                 headers = [
                     to_batch_header(fields) if fields[10] != NO_PRODUCER_ID else None
                     for fields in batches
                 ]
-                if origin_client:
-                    for header in headers:
-                        duplicate = psm.check(header) if header is not None else None
+                if any(fields[6] & CONTROL_FLAG_MASK for fields in batches):
+                    markers = [
+                        read_end_txn_marker(records, h)
+                        if h is not None and h.is_control_batch
+                        else None
+                        for h in headers
+                    ]
+                if origin_client or origin_coordinator:
+                    for i, header in enumerate(headers):
+                        marker = markers[i] if markers is not None else None
+                        duplicate = psm.check(header, marker) if header is not None else None
                         if duplicate is not None:
                             return LogAppendInfo(
                                 duplicate.first_offset,
@@ -439,12 +474,22 @@ class UnifiedLog(LocalLog):
 
             if headers is not None:
                 offset = first_offset
-                for fields, batch_header in zip(batches, headers, strict=True):
+                for i, (fields, batch_header) in enumerate(zip(batches, headers, strict=True)):
                     base = offset if assign_offsets else fields[1]
                     last = base + fields[7]
                     offset = last + 1
                     if batch_header is not None:
-                        psm.update(batch_header, base, last, now if log_append_time else fields[9])
+                        completed = psm.update(
+                            batch_header,
+                            base,
+                            last,
+                            now if log_append_time else fields[9],
+                            markers[i] if markers is not None else None,
+                        )
+                        if completed is not None:
+                            segment.update_txn_index(completed, psm.last_stable_offset(completed))
+                            if completed.is_aborted:
+                                self._may_have_aborted_txns = True
             psm.update_map_end_offset(last_offset + 1)
 
             if assign_offsets:
@@ -558,6 +603,38 @@ class UnifiedLog(LocalLog):
                 return info
             i += 1
         return FetchDataInfo(start_offset, b"")
+
+    def collect_aborted_transactions(
+        self, start_offset: int, upper_bound_offset: int
+    ) -> list[AbortedTxn]:
+        """The aborted transactions overlapping ``[start_offset, upper_bound_offset)``, from
+        the ``.txnindex`` of the segment holding ``start_offset`` and of later ones until a
+        search is complete (Kafka's ``collectAbortedTransactions``). Lock-free; a segment
+        without aborts costs nothing after its first search.
+
+        Raises:
+            CorruptIndexError: a ``.txnindex`` is corrupt.
+            OSError: one cannot be read.
+        """
+        if not self._may_have_aborted_txns:
+            return []
+        snapshot = self._segments.snapshot()
+        found: list[AbortedTxn] = []
+        for segment in snapshot.segments[max(0, snapshot.floor_index(start_offset)) :]:
+            result = segment.collect_aborted_txns(start_offset, upper_bound_offset)
+            found.extend(result.aborted_transactions)
+            if result.is_complete:
+                break
+        return found
+
+    def fetch_upper_bound_offset(self, read_offset: int, max_offset: int) -> int:
+        """An offset at or past the end of what a read that returned data from
+        ``read_offset`` on can have returned: the next segment's base offset (a read never
+        spans two segments), at most ``max_offset`` (Kafka's fallback in
+        ``fetchUpperBoundOffset``). Bounds the aborted transactions of a read_committed
+        fetch to its range. One bisect; lock-free."""
+        higher = self._segments.snapshot().higher_segment(read_offset)
+        return max_offset if higher is None else min(higher.base_offset, max_offset)
 
     def _offset_metadata(self, offset: int, snapshot: SegmentsSnapshot) -> LogOffsetMetadata:
         """Where the batch holding ``offset`` starts (cached for the high watermark)."""

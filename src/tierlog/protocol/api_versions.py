@@ -79,6 +79,11 @@ class ApiKey(enum.IntEnum):
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    WRITE_TXN_MARKERS = 27
+    TXN_OFFSET_COMMIT = 28
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
     DELETE_ACLS = 31
@@ -93,11 +98,17 @@ class ApiKey(enum.IntEnum):
     INCREMENTAL_ALTER_CONFIGS = 44
     ALTER_PARTITION_REASSIGNMENTS = 45
     LIST_PARTITION_REASSIGNMENTS = 46
+    OFFSET_DELETE = 47
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
     CONSUMER_GROUP_HEARTBEAT = 68
     CONSUMER_GROUP_DESCRIBE = 69
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
 
 
 # api key: (advertised min, advertised max). Comments: the highest version each client sends
@@ -117,15 +128,26 @@ ADVERTISED: Final[Mapping[int, tuple[int, int]]] = MappingProxyType(
         ApiKey.SYNC_GROUP: (0, 5),  # 5/3/3/3
         ApiKey.DESCRIBE_GROUPS: (0, 6),  # kio 0-6
         ApiKey.LIST_GROUPS: (0, 5),  # kio 0-5
-        # v0 is followed by raw SASL tokens without Kafka framing (pre-KIP-152 clients);
-        # every client we serve sends v1 and then SaslAuthenticate.
-        ApiKey.SASL_HANDSHAKE: (1, 1),  # 1/1/1/1; kio 0-1
+        # v0 is followed by raw SASL tokens without Kafka framing (pre-KIP-152 clients): the
+        # SASL state machine refuses it; every client we serve sends v1 and then
+        # SaslAuthenticate. Advertised from 0 as Kafka does: librdkafka before 2.11 looks
+        # for v0 and otherwise says "SASL Handshake not supported by broker" (kcat 1.7).
+        ApiKey.SASL_HANDSHAKE: (0, 1),  # 1/1/1/1; kio 0-1
         ApiKey.API_VERSIONS: (0, 4),  # 4/3/0/2
         ApiKey.CREATE_TOPICS: (2, 7),  # 7/4/3/3; kio 2-7
         ApiKey.DELETE_TOPICS: (1, 6),  # 6/4/3/1; kio 1-6
         ApiKey.DELETE_RECORDS: (0, 2),  # 2/2/2/1
         ApiKey.INIT_PRODUCER_ID: (0, 4),  # 4/4/0/1; kio 0-6 (v5+ is KIP-890/939)
         ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),  # 4/2/-/-; kio 2-4 (Kafka 3.7: 0-4)
+        # Transactions, version 1 (Kafka 3.x): the versions after these add KIP-890's
+        # TRANSACTION_ABORTABLE and transaction version 2, which tierlog does not speak.
+        # AddPartitionsToTxn v4 is the brokers' batched, verify-only shape.
+        # kafka-python 3 sends v3 of the four, aiokafka v0, librdkafka its own lower ones.
+        ApiKey.ADD_PARTITIONS_TO_TXN: (0, 4),  # kio 0-5
+        ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),  # kio 0-4
+        ApiKey.END_TXN: (0, 3),  # kio 0-5
+        ApiKey.WRITE_TXN_MARKERS: (1, 2),  # broker to broker; kio 1-2 (Kafka 4 dropped v0)
+        ApiKey.TXN_OFFSET_COMMIT: (0, 3),  # kio 0-5
         # kio has v1-3 (Kafka 4 dropped v0); librdkafka and kafka-python send v1.
         ApiKey.DESCRIBE_ACLS: (1, 3),
         ApiKey.CREATE_ACLS: (1, 3),
@@ -141,12 +163,18 @@ ADVERTISED: Final[Mapping[int, tuple[int, int]]] = MappingProxyType(
         ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),  # 1/1/-/-
         ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),  # kio 0-1
         ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),  # kio 0
+        ApiKey.OFFSET_DELETE: (0, 0),  # kio 0 (AdminClient.delete_consumer_group_offsets)
+        ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),  # kio 0-1
+        ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),  # kio 0-1
         ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),  # -/0/-/-
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),  # -/0/-/-
         ApiKey.DESCRIBE_CLUSTER: (0, 2),  # kio 0-2
+        ApiKey.DESCRIBE_PRODUCERS: (0, 0),  # kio 0 (AdminClient.describe_producers)
         # KIP-848; v1 (Kafka 4): the client generates its member id. librdkafka 2.16 sends v1.
         ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),  # kio 0-1
         ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),  # kio 0-1 (v1 adds member_type)
+        ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),  # kafka-transactions.sh, AdminClient
+        ApiKey.LIST_TRANSACTIONS: (0, 2),  # v1: duration filter, v2: transactional id pattern
     }
 )
 

@@ -2,22 +2,28 @@
 
 * :mod:`.record_batch` - the zero-copy 61-byte header view, CRC-32C, in-place patches;
 * :mod:`.default_records` - records: build batches, decode them;
+* :mod:`.control_records` - COMMIT / ABORT markers (control batches);
 * :mod:`.compression` - gzip / snappy / lz4 / zstd as Kafka clients write them;
 * :mod:`.varint` - Kafka's ZigZag varints.
 """
 
 from tierlog.records.compression import compress, compression_name, decompress
-from tierlog.records.default_records import (
+from tierlog.records.control_records import (
     CONTROL_TYPE_ABORT,
     CONTROL_TYPE_COMMIT,
+    EndTransactionMarker,
+    build_end_txn_marker_batch,
+    control_record_type,
+    end_transaction_marker,
+    read_end_txn_marker,
+)
+from tierlog.records.default_records import (
     Header,
     Record,
     RecordBatchBuilder,
     build_batch,
     build_empty_batch,
-    control_record_type,
     decode_records,
-    end_transaction_marker,
     iter_records,
     read_records,
 )
@@ -104,6 +110,9 @@ __all__ = [
     "CONTROL_TYPE_COMMIT",
     "control_record_type",
     "end_transaction_marker",
+    "EndTransactionMarker",
+    "build_end_txn_marker_batch",
+    "read_end_txn_marker",
     # varints
     "encode_varint",
     "encode_varlong",

@@ -47,6 +47,14 @@ import crc32c as _crc32c
 
 from tierlog.errors import CorruptRecordError, InvalidRecord, UnsupportedCompressionType
 from tierlog.records.compression import compress, decompress
+
+# Control records live in their own module; re-exported here for existing importers.
+from tierlog.records.control_records import (
+    CONTROL_TYPE_ABORT,
+    CONTROL_TYPE_COMMIT,
+    control_record_type,
+    end_transaction_marker,
+)
 from tierlog.records.record_batch import (
     COMPRESSION_CODEC_MASK,
     COMPRESSION_NAMES,
@@ -651,32 +659,3 @@ def iter_records(
                 f"record batch at position {header.position} has magic {header.magic}, expected 2"
             )
         yield header, read_records(buf, header)
-
-
-# --------------------------------------------------------------------------- control records
-
-#: ControlRecordType ids (the int16 ``type`` in a control record's key).
-CONTROL_TYPE_ABORT = 0
-CONTROL_TYPE_COMMIT = 1
-
-_CONTROL_KEY = struct.Struct(">hh")  # version (0), type
-_END_TXN_MARKER_VALUE = struct.Struct(">hi")  # version (0), coordinatorEpoch
-
-
-def control_record_type(key: bytes | None) -> int:
-    """The ControlRecordType of a control record, from its key (version int16, type int16).
-
-    Raises:
-        InvalidRecord: a key shorter than 4 bytes (Kafka's "Invalid type or null key").
-    """
-    if key is None or len(key) < _CONTROL_KEY.size:
-        raise InvalidRecord(f"control record key {key!r} is too short")
-    return int(_CONTROL_KEY.unpack_from(key)[1])
-
-
-def end_transaction_marker(control_type: int, coordinator_epoch: int) -> tuple[bytes, bytes]:
-    """``(key, value)`` of a COMMIT/ABORT marker, to append to a control batch."""
-    return (
-        _CONTROL_KEY.pack(0, control_type),
-        _END_TXN_MARKER_VALUE.pack(0, coordinator_epoch),
-    )

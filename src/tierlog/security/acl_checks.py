@@ -32,6 +32,9 @@ ListPartitionReassignments             DESCRIBE cluster [31]
 Describe/AlterUserScramCredentials     DESCRIBE / ALTER cluster [31]
 DescribeAcls / CreateAcls, DeleteAcls  DESCRIBE / ALTER cluster [31]
 DescribeCluster, ApiVersions, SASL     no check (as in Kafka)
+authorized operations (Metadata,       each operation the resource type supports, decided
+DescribeCluster, DescribeGroups)       as a request for it would be; the cluster's only
+                                       with DESCRIBE on it (else 0)
 =====================================  =================================================
 
 Handlers ask through :func:`topic_error`, :func:`group_error`, :func:`cluster_error` and
@@ -61,16 +64,20 @@ from tierlog.errors import (
 from tierlog.security.acl_store import AclStore
 from tierlog.security.authorizer import (
     CLUSTER_NAME,
+    SUPPORTED_OPERATIONS,
     AclAuthorizer,
     AclBinding,
     AclBindingFilter,
     AclOperation,
     ResourceType,
+    operations_bit_field,
 )
 from tierlog.security.principal import ANONYMOUS, KafkaPrincipal
 
 __all__ = [
+    "AUTHORIZED_OPERATIONS_OMITTED",
     "BrokerAuthorizer",
+    "authorized_operations",
     "authorizer_from_config",
     "cluster_error",
     "group_error",
@@ -85,6 +92,8 @@ GROUP_AUTHORIZATION_FAILED = GroupAuthorizationFailed.error_code
 CLUSTER_AUTHORIZATION_FAILED = ClusterAuthorizationFailed.error_code
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = TransactionalIdAuthorizationFailed.error_code
 _CACHE_LIMIT = 100_000
+#: Kafka's "authorized operations not requested" marker (``Integer.MIN_VALUE``).
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 _Key = tuple[KafkaPrincipal | str, str, AclOperation, ResourceType, str]
 
@@ -253,6 +262,16 @@ def identity(ctx: RequestContext) -> RequestIdentity:
 def allowed(ctx: RequestContext, op: AclOperation, rtype: ResourceType, name: str) -> bool:
     a = getattr(ctx, "authorizer", None)
     return a is None or a.authorize(ctx.principal, ctx.client_host, op, rtype, name)
+
+
+def authorized_operations(ctx: RequestContext, rtype: ResourceType, name: str) -> int:
+    """The bit field of the operations the requester may do on the resource, among those its
+    type supports (Kafka's ``KafkaApis.authorizedOperations``): all of them without an
+    authorizer, else each one decided as a request for it would be."""
+    supported = SUPPORTED_OPERATIONS[rtype]
+    if getattr(ctx, "authorizer", None) is None:
+        return operations_bit_field(supported)
+    return operations_bit_field(op for op in supported if allowed(ctx, op, rtype, name))
 
 
 def topic_error(ctx: RequestContext, op: AclOperation, topic: str) -> int:

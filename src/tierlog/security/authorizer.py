@@ -46,6 +46,8 @@ __all__ = [
     "PatternType",
     "ResourcePattern",
     "ResourceType",
+    "SUPPORTED_OPERATIONS",
+    "operations_bit_field",
 ]
 
 #: The one CLUSTER resource's name.
@@ -97,6 +99,44 @@ class AclPermissionType(enum.IntEnum):
     ANY = 1
     DENY = 2
     ALLOW = 3
+
+
+#: The operations each resource type has (Kafka's ``AclEntry.supportedOperations``), in the order
+#: Kafka lists them; what an "authorized operations" answer is made of.
+SUPPORTED_OPERATIONS: dict[ResourceType, tuple[AclOperation, ...]] = {
+    ResourceType.TOPIC: (
+        AclOperation.READ,
+        AclOperation.WRITE,
+        AclOperation.CREATE,
+        AclOperation.DESCRIBE,
+        AclOperation.DELETE,
+        AclOperation.ALTER,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+    ),
+    ResourceType.GROUP: (AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE),
+    ResourceType.CLUSTER: (
+        AclOperation.CREATE,
+        AclOperation.CLUSTER_ACTION,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+        AclOperation.IDEMPOTENT_WRITE,
+        AclOperation.ALTER,
+        AclOperation.DESCRIBE,
+    ),
+    ResourceType.TRANSACTIONAL_ID: (AclOperation.DESCRIBE, AclOperation.WRITE),
+    ResourceType.DELEGATION_TOKEN: (AclOperation.DESCRIBE,),
+    ResourceType.USER: (AclOperation.CREATE_TOKENS, AclOperation.DESCRIBE_TOKENS),
+}
+
+
+def operations_bit_field(operations: Iterable[AclOperation]) -> int:
+    """The int32 bit field of the wire's ``authorized_operations`` fields: bit ``op.value``
+    set for each operation (Kafka's ``Utils.to32BitField``)."""
+    field = 0
+    for op in operations:
+        field |= 1 << op.value
+    return field
 
 
 # operation -> the operations whose ALLOW also allows it (Kafka's implied operations)

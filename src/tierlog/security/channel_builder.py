@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tierlog.errors import ConfigError
-from tierlog.security.credential_store import CredentialStore
+from tierlog.security.credential_store import ScramCredentialStore
 from tierlog.security.jaas_config import JaasConfigError
 from tierlog.security.plain import PlainSaslServer, plain_users
 from tierlog.security.principal import (
@@ -56,7 +56,7 @@ class ChannelBuilder:
     principal_mapper: SslPrincipalMapper | None = None
     sasl_mechanisms: tuple[str, ...] = ()
     plain_users: Mapping[str, str] | None = None
-    credentials: CredentialStore | None = None
+    credentials: ScramCredentialStore | None = None
     reauth_ms: int = 0
     failed_delay_ms: int = 100
     #: Largest frame before authentication (``sasl.server.max.receive.size``); None: no bound
@@ -101,7 +101,7 @@ class ChannelBuilder:
 
 
 def build_channel_builders(
-    config: KafkaConfig, credentials: CredentialStore
+    config: KafkaConfig, credentials: ScramCredentialStore
 ) -> dict[str, ChannelBuilder]:
     """A :class:`ChannelBuilder` per listener of ``config``.
 

@@ -23,14 +23,28 @@ import json
 import os
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tierlog.errors import ConfigError
 from tierlog.security.scram import ScramCredential, ScramMechanism
 
-__all__ = ["SCRAM_CREDENTIALS_FILE", "CredentialStore"]
+__all__ = ["SCRAM_CREDENTIALS_FILE", "CredentialStore", "ScramCredentialStore"]
 
 SCRAM_CREDENTIALS_FILE = "scram-credentials"
+
+
+class ScramCredentialStore(Protocol):
+    """Where a broker's SCRAM credentials live: this file on one node, ZooKeeper's
+    ``/config/users`` in a cluster (:mod:`~tierlog.security.zk_credential_store`).
+    :meth:`get` and :meth:`users` are cheap (the event loop calls them); :meth:`alter` blocks."""
+
+    def get(self, user: str, mechanism: ScramMechanism) -> ScramCredential | None: ...
+    def users(self) -> dict[str, dict[ScramMechanism, int]]: ...
+    def alter(
+        self,
+        upserts: list[tuple[str, ScramMechanism, ScramCredential]],
+        deletions: list[tuple[str, ScramMechanism]],
+    ) -> None: ...
 
 
 class CredentialStore:

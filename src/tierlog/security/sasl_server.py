@@ -187,6 +187,14 @@ class SaslServerAuthenticator:
 
     def _handshake(self, version: int, request: Any) -> Decision:
         mechanism = str(request.mechanism)
+        if version == 0:
+            # v0: raw SASL tokens would follow, unframed (before KIP-152)
+            return self._fail_handshake(
+                version,
+                ErrorCode.unsupported_version,
+                "SaslHandshake v0 (raw SASL tokens, before KIP-152) is not supported: "
+                "use SaslHandshake v1 and SaslAuthenticate",
+            )
         if self.state is SaslState.COMPLETE:
             if mechanism != self.mechanism:
                 return self._fail_handshake(

@@ -207,6 +207,7 @@ class ScramSaslServer:
         self._server_first = ""
         self._gs2_header = ""
         self._nonce_value = ""
+        self._server_nonce = ""
 
     @property
     def is_complete(self) -> bool:
@@ -273,7 +274,8 @@ class ScramSaslServer:
         self._credential = credential
         self._gs2_header = f"{cbind},{authzid},"
         self._client_first_bare = bare
-        self._nonce_value = attrs[1][1] + self._nonce()
+        self._server_nonce = self._nonce()
+        self._nonce_value = attrs[1][1] + self._server_nonce
         salt = base64.b64encode(credential.salt).decode()
         self._server_first = f"r={self._nonce_value},s={salt},i={credential.iterations}"
         self._state = "RECEIVE_CLIENT_FINAL_MESSAGE"
@@ -286,7 +288,13 @@ class ScramSaslServer:
         expected_cbind = base64.b64encode(self._gs2_header.encode()).decode()
         if attrs[0][1] != expected_cbind:
             raise SaslError("invalid channel binding")
-        if attrs[1][1] != self._nonce_value:
+        nonce = attrs[1][1]
+        # librdkafka before 2.6.1 (Debian's kcat: 2.0.2) sends the client nonce twice (its
+        # own, then the server's, which starts with it; librdkafka#4895). Kafka 3.8.1-3.9
+        # accept it (apache/kafka 0a00456: the nonce must end with the server's); so do we,
+        # in that exact form only. The proof is still checked over the message as sent.
+        client_nonce = self._nonce_value[: len(self._nonce_value) - len(self._server_nonce)]
+        if nonce != self._nonce_value and nonce != client_nonce + self._nonce_value:
             raise SaslError("invalid nonce")
         try:
             proof = base64.b64decode(attrs[-1][1], validate=True)

@@ -42,6 +42,8 @@ __all__ = [
     "SUPPORTED_SASL_MECHANISMS",
     "ListenerConfigs",
     "parse_listener_key",
+    "parse_security_value",
+    "security_default",
 ]
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -79,6 +81,12 @@ def _authorizer_class(v: Any) -> str | None:
 def _super_users(v: Any) -> str | None:
     bad = [p for p in str(v or "").split(";") if p.strip() and ":" not in p.strip()[1:-1]]
     return f"{', '.join(bad)}: a principal is Type:name (User:admin)" if bad else None
+
+
+def _endpoint_algorithm(v: Any) -> str | None:
+    if not v or str(v).strip().lower() == "https":
+        return None
+    return "is https (check the peer's host name) or empty (no check)"
 
 
 def _mechanisms(v: Any) -> str | None:
@@ -124,8 +132,10 @@ SECURITY_CONFIGS: tuple[BrokerConfigDef, ...] = (
     define("ssl.principal.mapping.rules", "string", "DEFAULT", _mapping_rules,
            "Rules mapping a client certificate's distinguished name to the principal name "
            "(RULE:pattern/replacement/[LU], DEFAULT)."),
-    ignored("ssl.endpoint.identification.algorithm", "string", "https", None,
-            "a server does not check its clients' host names"),
+    define("ssl.endpoint.identification.algorithm", "string", "https", _endpoint_algorithm,
+           "https: a broker connecting to another broker (inter.broker.listener.name) checks "
+           "the peer's host name against its certificate; empty: no check. A server does not "
+           "check its clients' host names."),
     ignored("ssl.keymanager.algorithm", "string", "SunX509", None, _NO_JVM),
     ignored("ssl.trustmanager.algorithm", "string", "PKIX", None, _NO_JVM),
     ignored("ssl.secure.random.implementation", "string", None, None, _NO_JVM),
@@ -178,6 +188,26 @@ _JAAS = BrokerConfigDef(
 )
 _PREFIXED_RE = re.compile(r"^listener\.name\.([a-z0-9_]+)\.(.+)$")
 _MECHANISM_JAAS_RE = re.compile(r"^([a-z0-9_-]+)\.sasl\.jaas\.config$")
+
+
+def parse_security_value(key: str, raw: str, where: str | None = None) -> Any:
+    """The typed value of an ``ssl.*`` or ``sasl.*`` key of the table, validated; ``where``
+    is the name errors give (a client's ``kafka.ssl.truststore.location``).
+
+    Raises:
+        KeyError: ``key`` is not in the table.
+        ConfigError: the value does not parse or validate.
+    """
+    return parse_config_value(_BY_NAME[key], raw, where or key)
+
+
+def security_default(key: str) -> Any:
+    """The default of a key of the table.
+
+    Raises:
+        KeyError: ``key`` is not in the table.
+    """
+    return _BY_NAME[key].default
 
 
 def parse_listener_key(key: str, raw: str) -> tuple[str, str, Any]:

@@ -134,6 +134,34 @@ class SslFactory:
             self._load_truststore(ctx)
         return ctx
 
+    def create_client_context(self) -> ssl.SSLContext:
+        """A client context (a broker connecting to another, a client command): the trust
+        store the server's certificate must chain to (the system's CAs without one), the key
+        store when one is set (a client certificate for mTLS), protocol versions and suites,
+        and the host name checked unless ``ssl.endpoint.identification.algorithm`` is empty.
+
+        Raises:
+            ConfigError: as :meth:`create_server_context`.
+        """
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        versions = sorted(_VERSIONS[v] for v in self._get("ssl.enabled.protocols"))
+        if not versions:
+            raise ConfigError(self._key("ssl.enabled.protocols"), "enables no TLS version")
+        ctx.minimum_version, ctx.maximum_version = versions[0], versions[-1]
+        self._set_ciphers(ctx)
+        if any(self._get(k) is not None for k in ("ssl.keystore.location", "ssl.keystore.key")):
+            self._load_keystore(ctx)
+        algorithm = str(self._get("ssl.endpoint.identification.algorithm") or "").strip()
+        ctx.check_hostname = algorithm.lower() == "https"
+        ctx.verify_mode = ssl.CERT_REQUIRED
+        if self._get("ssl.truststore.location") is None and (
+            self._get("ssl.truststore.certificates") is None
+        ):
+            ctx.load_default_certs(ssl.Purpose.SERVER_AUTH)
+        else:
+            self._load_truststore(ctx)
+        return ctx
+
     # ----------------------------------------------------------------- key store
 
     def _load_keystore(self, ctx: ssl.SSLContext) -> None:
@@ -346,6 +374,30 @@ class SslFactory:
         except (ssl.SSLError, ValueError) as e:
             raise ConfigError(
                 self._key(key), f"listener {self.listener}: no usable CA certificates ({e})"
+            ) from None
+
+    def truststore_pem(self) -> str:
+        """The trust store's CA certificates as PEM text (for clients that take PEM only).
+
+        Raises:
+            ConfigError: an unreadable store or a wrong password.
+        """
+        inline = self._get("ssl.truststore.certificates")
+        if inline is not None:
+            return _pem_text(inline)
+        location = self._get("ssl.truststore.location")
+        if location is None:
+            raise ConfigError(self._key("ssl.truststore.location"), "is not set")
+        store_type = str(self._get("ssl.truststore.type")).upper()
+        if store_type == "JKS":
+            store_type = self._jks_as_pkcs12("ssl.truststore", location)
+        try:
+            if store_type == "PEM":
+                return Path(location).read_text()
+            return self._pkcs12_certificates(Path(location))
+        except OSError as e:
+            raise ConfigError(
+                self._key("ssl.truststore.location"), f"cannot read {location}: {e.strerror}"
             ) from None
 
     def _pkcs12_certificates(self, path: Path) -> str:

@@ -1,12 +1,17 @@
 """``tierlog serve``: wiring the broker's parts, startup and clean shutdown.
 
-Startup order: log manager (loads and recovers every log) → ``__consumer_offsets`` → tiered
-storage when ``remote.log.storage.system.enable=true`` (``__remote_log_metadata``, remote
-storage, metadata manager, RemoteLogManager taking every tiered partition; see
+Startup order: listeners bound (not yet accepting) → metrics endpoint → remote storage
+opened and checked (tiered storage on) → log manager (loads and recovers every log) →
+``__consumer_offsets`` → tiered storage when ``remote.log.storage.system.enable=true``
+(``__remote_log_metadata``, metadata manager, RemoteLogManager taking every tiered
+partition, or in a cluster the partitions as their roles arrive; see
 :mod:`tierlog.server.tiered_storage`) → replica manager → group coordinator (replays its
-partitions) → listeners → (cluster: joining it) → the web console when
-``console.listener`` is set (:mod:`tierlog.console`, over :mod:`tierlog.server.console_view`).
-A line ``tierlog broker started: node N listening on host:port`` on stderr says it is ready.
+partitions) → transaction coordinator (loads ``__transaction_state`` when it exists; see
+:mod:`tierlog.server.txn_state_topic`) → listeners accept → (cluster: joining it) → the web
+console when ``console.listener`` is set (:mod:`tierlog.console`, over
+:mod:`tierlog.server.console_view`). Nothing is written to the log dirs before the listeners
+are bound and the remote store checked. A line ``tierlog broker started: node N listening on
+host:port`` on stderr says it is ready.
 
 Shutdown (SIGTERM, SIGINT/Ctrl-C): stop the console, stop accepting and close the
 connections, stop the group coordinator (parked joins get NOT_COORDINATOR), wake parked
@@ -34,6 +39,7 @@ from tierlog.console import ConsoleServer
 from tierlog.coordinator.group.consumer_group import ConsumerGroupConfig
 from tierlog.coordinator.group.group_config import GroupConfigBounds, validate_group_config
 from tierlog.coordinator.group.group_coordinator import GroupCoordinator
+from tierlog.coordinator.transaction import TRANSACTION_STATE_TOPIC_NAME, TransactionCoordinator
 from tierlog.errors import ConfigError, TierlogError
 from tierlog.log.cleaner_metrics import register_cleaner_metrics
 from tierlog.log.file_handle_cache import file_handle_cache
@@ -41,11 +47,23 @@ from tierlog.log.log_config import LONG_MAX
 from tierlog.log.log_manager import LogManager
 from tierlog.log.meta_properties import new_cluster_id, stored_cluster_id
 from tierlog.protocol.api_versions import preload_schemas
+from tierlog.quotas.file_quota_store import FILE_NAME as QUOTA_FILE_NAME
+from tierlog.quotas.file_quota_store import FileQuotaStore
 from tierlog.security.channel_builder import build_channel_builders
-from tierlog.security.credential_store import CredentialStore
+from tierlog.security.client_security import PLAINTEXT, ClientSecurity, inter_broker_security
+from tierlog.security.credential_store import CredentialStore, ScramCredentialStore
 from tierlog.security.principal import ANONYMOUS, KafkaPrincipal
+from tierlog.server import cluster_tiering
 from tierlog.server.broker_metrics import BrokerMetrics
+from tierlog.server.client_quotas import ClientQuotas, ClientQuotaStore
 from tierlog.server.console_view import ConsoleView
+from tierlog.server.dynamic_broker_config import (
+    DEFAULT_ENTITY,
+    DynamicBrokerConfig,
+    DynamicConfigStore,
+    LocalDynamicConfigStore,
+    ZkDynamicConfigStore,
+)
 from tierlog.server.group_config_store import GROUP_CONFIGS_FILE, load_group_configs
 from tierlog.server.handlers.consumer_group import current_topics
 from tierlog.server.kafka_apis import BrokerEndpoint, KafkaApis
@@ -59,16 +77,18 @@ from tierlog.server.remote_log_metadata_publisher import (
 )
 from tierlog.server.replica_alter_log_dirs import ReplicaAlterLogDirsManager
 from tierlog.server.replica_manager import GROUP_METADATA_TOPIC_NAME, ReplicaManager
-from tierlog.server.tiered_storage import TieredStorage
+from tierlog.server.tiered_storage import TieredStorage, open_remote_storage
+from tierlog.server.txn_marker_sender import TxnMarkerSender
+from tierlog.server.txn_state_topic import coordinator_follows, load_local_transaction_state
 
 if TYPE_CHECKING:
     from tierlog.cluster.cluster_link import PartitionChange
     from tierlog.cluster.controller import KafkaController
     from tierlog.cluster.kafka_zk_client import KafkaZkClient
-    from tierlog.cluster.metadata_cache import TopicMetadata
     from tierlog.cluster.partition import Partition
     from tierlog.cluster.zk_broker import ZkBroker
     from tierlog.security.acl_checks import BrokerAuthorizer
+    from tierlog.security.zk_credential_store import ZkCredentialStore
     from tierlog.server.cluster_metadata_publisher import ClusterMetadataPublisher
 
 __all__ = ["Broker", "main", "run"]
@@ -84,6 +104,8 @@ class Broker:
         self.log_manager: LogManager | None = None
         self.replica_manager: ReplicaManager | None = None
         self.group_coordinator: GroupCoordinator | None = None
+        self.txn_coordinator: TransactionCoordinator | None = None
+        self._txn_marker_sender: TxnMarkerSender | None = None
         self.apis: KafkaApis | None = None
         self.server: SocketServer | None = None
         self.tiered: TieredStorage | None = None
@@ -99,10 +121,13 @@ class Broker:
         #: The cluster (None without zookeeper.connect: a single node).
         self.zk: KafkaZkClient | None = None
         self.zk_broker: ZkBroker | None = None
+        self.dynamic_config: DynamicBrokerConfig | None = None
         self.controller: KafkaController | None = None
         self._isr_task: asyncio.Task[None] | None = None
         self._hw_task: asyncio.Task[None] | None = None
         self.bound: list[tuple[str, int]] = []
+        self._inter_broker_security: ClientSecurity = PLAINTEXT
+        self._zk_credentials: ZkCredentialStore | None = None
         self._stopped = asyncio.Event()
         self._shutting_down = False
 
@@ -116,15 +141,67 @@ class Broker:
         c = self.config
         t0 = time.monotonic()
         # TLS stores and JAAS first: a bad one stops the broker before any log is touched.
-        credentials = CredentialStore.in_log_dir(c.log_dirs[0])
+        # SCRAM credentials: a file on one node; ZooKeeper's /config/users in a cluster
+        # (read once the session is up, before the listeners open).
+        credentials: ScramCredentialStore
+        zk_credentials = None
+        if c.zookeeper_connect is None:
+            credentials = CredentialStore.in_log_dir(c.log_dirs[0])
+        else:
+            from tierlog.security.zk_credential_store import ZkCredentialStore
+
+            credentials = zk_credentials = ZkCredentialStore()
         channels = build_channel_builders(c, credentials)
+        if c.zookeeper_connect is not None:
+            # this broker's own login to the others (inter.broker.listener.name)
+            self._inter_broker_security = inter_broker_security(c)
         _budget_open_files(c.log_max_open_files)
+        # Bind every listener before anything touches the log dirs (a port in use must not
+        # leave a half-made log dir behind); they accept connections once all is ready.
+        server = SocketServer(
+            self._handle,
+            max_frame_size=c.socket_request_max_bytes,
+            send_buffer_bytes=c.socket_send_buffer_bytes
+            if c.is_set("socket.send.buffer.bytes")
+            else None,
+            receive_buffer_bytes=c.socket_receive_buffer_bytes
+            if c.is_set("socket.receive.buffer.bytes")
+            else None,
+        )
+        self.server = server
+        for e in c.listeners:
+            try:
+                bound = await server.bind(e.host, e.port, channels[e.listener_name])
+            except OSError as err:
+                raise OSError(
+                    err.errno,
+                    f"listener {e.listener_name}://{e.host}:{e.port} cannot bind: "
+                    f"{err.strerror or err}",
+                ) from err
+            self.bound.append(bound)
         if c.metrics_port:  # unset or 0: no endpoint (as before the broker served it)
             # Before any part registers its collectors; a taken port fails startup here.
             self.metrics = self._start_metrics(c)
+            server.request_stats = self.metrics.request_stats
+        rsm = None
+        if c.remote_log_storage_system_enable:
+            # The remote store checked before the log dirs are touched, as the listeners.
+            rsm = await asyncio.to_thread(open_remote_storage, c)
         cluster_id = None
         if c.zookeeper_connect is not None:
             cluster_id = await self._connect_zookeeper()
+            if zk_credentials is not None and self.zk is not None:
+                await asyncio.to_thread(zk_credentials.start, self.zk)
+                self._zk_credentials = zk_credentials
+        # Dynamic broker configs (AlterConfigs on the broker) apply from the start, as Kafka's.
+        store: DynamicConfigStore = (
+            ZkDynamicConfigStore(self.zk)
+            if self.zk is not None
+            else LocalDynamicConfigStore.in_log_dir(c.log_dirs[0])
+        )
+        dynamic = DynamicBrokerConfig(c, store)
+        c = await asyncio.to_thread(dynamic.initialize)
+        self.dynamic_config = dynamic
         lm = LogManager(
             c.log_dirs,
             c.log_config(),
@@ -157,14 +234,20 @@ class Broker:
                 lm,
                 asyncio.get_running_loop(),
                 metrics_registry=self.metrics.registry if self.metrics is not None else None,
+                rsm=rsm,
             )
             self.tiered = tiered
             if zk_broker is None:
                 await asyncio.to_thread(tiered.start)
             else:
-                await asyncio.to_thread(tiered.start, *await self._cluster_metadata_publisher())
+                assert self.zk is not None
+                publisher, num = await cluster_tiering.cluster_metadata_publisher(
+                    self.zk, zk_broker, c.node_id, c.remote_log_metadata_topic_num_partitions
+                )
+                self.metadata_publisher = publisher
+                await asyncio.to_thread(tiered.start, publisher, num)
                 zk_broker.fetchers.tier_state_machine = functools.partial(
-                    _rebuild_from_remote_storage, tiered
+                    cluster_tiering.rebuild_from_remote_storage, tiered
                 )
         rm = ReplicaManager(
             lm,
@@ -206,22 +289,7 @@ class Broker:
         await gc.start(cluster=zk_broker is not None)
         self.group_coordinator = gc
         authorizer = await self._start_authorizer()
-
-        server = SocketServer(
-            self._handle,
-            max_frame_size=c.socket_request_max_bytes,
-            send_buffer_bytes=c.socket_send_buffer_bytes
-            if c.is_set("socket.send.buffer.bytes")
-            else None,
-            receive_buffer_bytes=c.socket_receive_buffer_bytes
-            if c.is_set("socket.receive.buffer.bytes")
-            else None,
-        )
-        self.server = server
-        if self.metrics is not None:
-            server.request_stats = self.metrics.request_stats
-        for e in c.listeners:
-            self.bound.append(await server.listen(e.host, e.port, channels[e.listener_name]))
+        await server.start_serving()
         adv = c.advertised_listeners[0]
         port = adv.port or self.bound[0][1]
         host = adv.host or self.bound[0][0]
@@ -232,17 +300,19 @@ class Broker:
             from tierlog.cluster.zk_admin import ZkAdminManager
 
             admin = ZkAdminManager(zk_broker, c.log_config())
+        client_quotas = await self._start_client_quotas(c)
+        producer_ids = ProducerIdManager(
+            c.log_dirs[0],
+            allocate_block=None
+            if self.zk is None
+            else functools.partial(self.zk.allocate_producer_id_block, c.node_id),
+        )
         self.apis = KafkaApis(
             config=c,
             log_manager=lm,
             replica_manager=rm,
             group_coordinator=gc,
-            producer_id_manager=ProducerIdManager(
-                c.log_dirs[0],
-                allocate_block=None
-                if self.zk is None
-                else functools.partial(self.zk.allocate_producer_id_block, c.node_id),
-            ),
+            producer_id_manager=producer_ids,
             endpoint=endpoint,
             cluster_id=lm.cluster_id,
             tiered=tiered,
@@ -251,9 +321,15 @@ class Broker:
             credentials=credentials,
             endpoints=endpoints,
             authorizer=authorizer,
+            client_quotas=client_quotas,
+            dynamic_config=dynamic,
         )
+        tc = self._start_transaction_coordinator(self.apis, zk_broker)
+        self._register_reconfigurables(dynamic, lm, tiered)
         if zk_broker is not None:
+            zk_broker.on_partition_change(functools.partial(coordinator_follows, tc))
             await self._join_cluster(zk_broker, rm, gc)
+            self._watch_dynamic_configs(dynamic)
         if c.console_listener is not None:
             await self._start_console(c.console_listener, endpoints, authorizer)
         threading.Thread(target=_preload_schemas, name="preload-schemas", daemon=True).start()
@@ -269,6 +345,119 @@ class Broker:
             port,
             ",".join(str(d) for d in c.log_dirs),
         )
+
+    async def _start_client_quotas(self, c: KafkaConfig) -> ClientQuotas:
+        """Client quotas from ``<first log dir>/client-quotas.json`` (single node) or
+        ``/config/users`` and ``/config/clients`` (cluster, reloaded on every change)."""
+        store: ClientQuotaStore
+        if self.zk is not None:
+            from tierlog.cluster.zk_client_quotas import ZkClientQuotaStore
+
+            store = zk_store = ZkClientQuotaStore(self.zk)
+        else:
+            store = FileQuotaStore(Path(c.log_dirs[0]) / QUOTA_FILE_NAME)
+        quotas = ClientQuotas(
+            store,
+            num_samples=c.quota_window_num,
+            window_ms=c.quota_window_size_seconds * 1000.0,
+        )
+        await asyncio.to_thread(quotas.load)
+        if self.zk is not None:
+            loop = asyncio.get_running_loop()
+
+            def reload() -> None:  # on ZooKeeper's thread: read here, apply on the loop
+                try:
+                    loaded = zk_store.load()
+                except Exception as e:
+                    log.warning("cannot reload client quotas: %s", e)
+                    return
+                loop.call_soon_threadsafe(quotas.apply, loaded)
+
+            zk_store.watch(reload)
+        return quotas
+
+    def _start_transaction_coordinator(
+        self, apis: KafkaApis, zk_broker: ZkBroker | None
+    ) -> TransactionCoordinator:
+        """The transaction coordinator: markers through the replica manager (and
+        WriteTxnMarkers in a cluster); transactional offsets reach the group coordinator
+        through the replica manager's completion listeners; transactional produces are
+        checked against it (KIP-890). A single node loads ``__transaction_state`` now if it
+        exists (else it is created on first use)."""
+        c = self.config
+        rm, gc = apis.replica_manager, apis.group_coordinator
+        sender = TxnMarkerSender(rm, apis.log_manager, c.node_id, zk_broker)
+        self._txn_marker_sender = sender
+        tc = TransactionCoordinator(
+            OffsetStore(rm, TRANSACTION_STATE_TOPIC_NAME),
+            sender,
+            apis.producer_id_manager.generate_producer_id,
+            transaction_topic_partition_count=c.transaction_state_log_num_partitions,
+            transaction_max_timeout_ms=c.transaction_max_timeout_ms,
+            transactional_id_expiration_ms=c.transactional_id_expiration_ms,
+            abort_timed_out_interval_ms=c.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+            remove_expired_interval_ms=c.transaction_remove_expired_transaction_cleanup_interval_ms,
+        )
+        tc.start()
+        self.txn_coordinator = tc
+        apis.txn_coordinator = tc
+        if gc is not None:
+            rm.txn_completion_listeners.append(gc.on_transaction_completed)
+        rm.txn_verifier = tc.verify_transactional_produce
+        if zk_broker is None:
+            load_local_transaction_state(apis, tc)
+        return tc
+
+    def _register_reconfigurables(
+        self, dynamic: DynamicBrokerConfig, lm: LogManager, tiered: TieredStorage | None
+    ) -> None:
+        """What a dynamic config change applies to (Kafka's ``Reconfigurable`` parts)."""
+
+        def log_defaults(old: KafkaConfig, new: KafkaConfig) -> None:
+            if new.log_config() != old.log_config():
+                lm.reconfigure_default_log_config(new.log_config())
+
+        def cleaner(old: KafkaConfig, new: KafkaConfig) -> None:
+            if new.cleaner_config() != old.cleaner_config():
+                lm.reconfigure_cleaner(new.cleaner_config())
+
+        def remote_quotas(old: KafkaConfig, new: KafkaConfig) -> None:
+            if tiered is None:
+                return
+            rlm = tiered.rlm
+            rlm.copy_quota.update_rate(new.remote_log_manager_copy_max_bytes_per_second)
+            rlm.fetch_quota.update_rate(new.remote_log_manager_fetch_max_bytes_per_second)
+
+        def handlers(old: KafkaConfig, new: KafkaConfig) -> None:
+            if self.apis is not None:
+                self.apis.config = new
+
+        dynamic.add_reconfigurable("the log defaults", log_defaults)
+        dynamic.add_reconfigurable("the log cleaner", cleaner)
+        dynamic.add_reconfigurable("the remote log quotas", remote_quotas)
+        dynamic.add_reconfigurable("the request handlers", handlers)
+
+    def _watch_dynamic_configs(self, dynamic: DynamicBrokerConfig) -> None:
+        """Apply what any broker writes to ``/config/brokers/<default>`` and
+        ``/config/brokers/<this id>`` (watch callbacks run on kazoo's thread)."""
+        from tierlog.cluster.zk_data import config_broker_path, decode_topic_config
+
+        assert self.zk is not None
+        loop = asyncio.get_running_loop()
+        for entity in (DEFAULT_ENTITY, dynamic.broker_entity):
+            path = config_broker_path(entity)
+
+            def changed(
+                data: bytes | None, _version: int | None, entity: str = entity, path: str = path
+            ) -> None:
+                try:
+                    config = decode_topic_config(data, path)
+                except ValueError as e:
+                    log.error("unreadable dynamic broker config: %s", e)
+                    return
+                loop.call_soon_threadsafe(dynamic.update, entity, config)
+
+            self.zk.watch_data(path, changed)
 
     def _start_metrics(self, c: KafkaConfig) -> BrokerMetrics:
         """Serve ``/metrics`` on ``metrics.port`` (the first listener's host, else loopback)
@@ -433,76 +622,13 @@ class Broker:
             node,
             inter_broker_listener=c.inter_broker_listener_name,
             fetcher_config=fetcher_config,
-            client_factory=lambda: BrokerClient(f"tierlog-broker-{node}-fetcher"),
+            client_factory=lambda: BrokerClient(
+                f"tierlog-broker-{node}-fetcher", security=self._inter_broker_security
+            ),
             loop=asyncio.get_running_loop(),
         )
         self.zk_broker = zk_broker
         return zk_broker
-
-    async def _cluster_metadata_publisher(self) -> tuple[ClusterMetadataPublisher, int]:
-        """Tiered storage in a cluster reaches the replicated ``__remote_log_metadata``
-        through its leaders; its partition count is the topic's when it exists."""
-        from tierlog.cluster.broker_client import BrokerClient
-        from tierlog.server.cluster_metadata_publisher import ClusterMetadataPublisher
-
-        zk, zk_broker = self.zk, self.zk_broker
-        assert zk is not None and zk_broker is not None
-        node = self.config.node_id
-        md = zk_broker.metadata
-
-        def leader_of(partition: int) -> int:
-            found = md.leader(REMOTE_LOG_METADATA_TOPIC_NAME, partition)
-            return -1 if found is None else found[0]
-
-        self.metadata_publisher = ClusterMetadataPublisher(
-            leader_of,
-            zk_broker.broker_address,
-            lambda: BrokerClient(f"tierlog-broker-{node}-rlmm"),
-            asyncio.get_running_loop(),
-        )
-        existing = await asyncio.to_thread(
-            zk.get_topic_assignments, [REMOTE_LOG_METADATA_TOPIC_NAME]
-        )
-        a = existing.get(REMOTE_LOG_METADATA_TOPIC_NAME)
-        num = self.config.remote_log_metadata_topic_num_partitions
-        if a is not None:
-            num = len(a.partitions)
-        return self.metadata_publisher, num
-
-    def _tiered_follows(self, tiered: TieredStorage, zk_broker: ZkBroker) -> None:
-        """Tiered storage takes the roles the controller gives this broker (leaders copy and
-        expire, followers track the highest remote offset), and drops deleted topics."""
-        from tierlog.tiered.remote_log_segment_metadata import TopicIdPartition
-
-        def role(change: PartitionChange, p: Partition | None) -> None:
-            if change.topic_id is None:
-                return
-            tiered_topic = (
-                p.log.remote_log_enabled
-                if p is not None
-                else change.configs.get("remote.storage.enable", "").lower() == "true"
-            )
-            if tiered_topic:
-                tp = TopicIdPartition(change.topic_id, change.topic, change.partition)
-                tiered.partition_changed(tp, None if p is None else p.is_leader)
-
-        def topic(t: TopicMetadata, deleted: bool) -> None:
-            if t.topic_id is None:
-                return
-            if deleted:
-                tiered.topic_deleted_in_cluster(
-                    t.name, t.topic_id, len(t.partitions), controller=self._controller_active()
-                )
-                return
-            rm = self.replica_manager
-            for index in t.partitions:
-                p = rm.get_partition(t.name, index) if rm is not None else None
-                if p is not None and p.log.remote_log_enabled:
-                    tp = TopicIdPartition(t.topic_id, t.name, index)
-                    tiered.partition_changed(tp, p.is_leader)
-
-        zk_broker.on_partition_change(role)
-        zk_broker.on_topic_change(topic)
 
     async def _join_cluster(
         self, zk_broker: ZkBroker, rm: ReplicaManager, gc: GroupCoordinator
@@ -537,7 +663,9 @@ class Broker:
 
         zk_broker.on_partition_change(coordinator_follows)
         if self.tiered is not None:
-            self._tiered_follows(self.tiered, zk_broker)
+            cluster_tiering.follow_roles(
+                self.tiered, zk_broker, lambda: self.replica_manager, self._controller_active
+            )
         await zk_broker.start()
         if self.tiered is not None and self.apis is not None and self.apis.admin is not None:
             from tierlog.server.cluster_metadata_publisher import (
@@ -634,6 +762,13 @@ class Broker:
             await self.console.stop()
         if self.server is not None:
             await self.server.stop()
+        if self.txn_coordinator is not None:
+            try:
+                await asyncio.wait_for(self.txn_coordinator.stop(), 10)
+            except Exception:
+                log.exception("transaction coordinator stop failed")
+        if self._txn_marker_sender is not None:
+            await self._txn_marker_sender.close()
         if self.group_coordinator is not None:
             try:
                 await asyncio.wait_for(self.group_coordinator.stop(), 10)
@@ -671,26 +806,12 @@ class Broker:
             await asyncio.to_thread(self.log_manager.shutdown)
         if self.metrics is not None:
             self.metrics.close()
+        if self._zk_credentials is not None:
+            self._zk_credentials.close()
         if self.zk is not None:
             # Last: closing the session removes the registration, which tells the controller.
             await asyncio.to_thread(self.zk.close)
         log.info("tierlog broker stopped cleanly in %.2fs", time.monotonic() - t0)
-
-
-async def _rebuild_from_remote_storage(
-    tiered: TieredStorage, p: Partition, leader_local_log_start: int, leader_log_start: int
-) -> None:
-    """The replica fetchers' tier state machine: a follower below its leader's local log
-    rebuilds its log from remote metadata (in a thread: remote storage blocks)."""
-    from tierlog.tiered.remote_log_segment_metadata import TopicIdPartition
-    from tierlog.tiered.tier_state_machine import build_remote_log_aux_state
-
-    if p.topic_id is None:
-        raise ValueError(f"{p} has no topic id")
-    tp = TopicIdPartition(p.topic_id, p.topic, p.index)
-    await asyncio.to_thread(
-        build_remote_log_aux_state, tiered.rlm, tp, p.log, leader_local_log_start, leader_log_start
-    )
 
 
 def _listener_endpoints(c: KafkaConfig, bound: list[tuple[str, int]]) -> dict[str, BrokerEndpoint]:

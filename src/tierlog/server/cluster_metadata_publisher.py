@@ -108,9 +108,6 @@ class ClusterMetadataPublisher:
         self._clients: dict[int, BrokerClient] = {}
         self._connecting: dict[int, asyncio.Lock] = {}
         self._closed = False
-        #: Counters (tests, the startup log line): events published, records read back.
-        self.published = 0
-        self.records_read = 0
 
     # ----------------------------------------------------------------- MetadataPublisher
 
@@ -121,9 +118,7 @@ class ClusterMetadataPublisher:
             RemoteStorageError: no leader accepted it within the timeout.
         """
         batch = build_batch([(self._time_ms(), None, value)])
-        offset = self._call(self._publish(metadata_partition, batch))
-        self.published += 1
-        return offset
+        return self._call(self._publish(metadata_partition, batch))
 
     def read_from(self, metadata_partition: int, offset: int) -> Iterator[tuple[int, bytes]]:
         """``(offset, value)`` of every committed event from ``offset`` to the leader's high
@@ -150,7 +145,6 @@ class ClusterMetadataPublisher:
                     advanced = True
                     position = r.offset + 1
                     if r.value is not None:
-                        self.records_read += 1
                         yield r.offset, bytes(r.value)
                 position = max(position, header.last_offset + 1)
             if position >= high_watermark or not advanced:

@@ -8,11 +8,19 @@ up to ``remote.fetch.max.wait.ms`` (Kafka <= 4.1 served only the first one per r
 gets ``min(partition max bytes, what is left of the request's max bytes)`` and
 ``min_one_message`` only while the response holds no data yet, as a local read. Outcome per
 partition, the others unaffected: data; OFFSET_OUT_OF_RANGE (1) when no remote segment holds
-the offset; KAFKA_STORAGE_ERROR (56, retriable) when remote storage fails or returns corrupt
-data; empty records and no error when the read is not done by the deadline (Kafka's
+the offset; UNKNOWN_SERVER_ERROR (-1) when an object the read needs is missing or corrupt
+(retrying cannot help: Kafka answers -1 for any failed remote read, and clients report it --
+librdkafka as a consumer error, where 56 would only make it refresh its metadata and fetch
+again, a silent stall); KAFKA_STORAGE_ERROR (56, retriable) when remote storage fails
+otherwise (unreachable, a timeout: the consumer rides out a short outage), until the
+partition's reads have all failed for ``TRANSIENT_FAILURE_ROUNDS`` x
+``remote.fetch.max.wait.ms`` (10 s by default), then UNKNOWN_SERVER_ERROR until one succeeds;
+empty records and no error when the read is not done by the deadline (Kafka's
 DelayedRemoteFetch expiry: the client simply fetches again) or when
 ``remote.log.manager.fetch.max.bytes.per.second`` is exceeded. Consumers never get
-OFFSET_MOVED_TO_TIERED_STORAGE (109); followers (replica id >= 0) do, as in Kafka. After each
+OFFSET_MOVED_TO_TIERED_STORAGE (109); followers (replica id >= 0) do, as in Kafka. A failure is
+logged at once, then once a minute per remote segment (:class:`LogLimiter`); every one is
+counted in ``RemoteFetchErrorsPerSec`` by the reader. After each
 remote read the range a sequential consumer asks for next is read ahead
 (:mod:`tierlog.server.remote_read_ahead`).
 
@@ -23,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from tierlog.errors import (
@@ -31,18 +40,26 @@ from tierlog.errors import (
     OffsetOutOfRange,
     RemoteResourceNotFoundError,
     RemoteStorageError,
+    UnknownServerError,
 )
 from tierlog.server.remote_read_ahead import RemoteReadAhead
+from tierlog.tiered.log_limiter import LogLimiter
 
 if TYPE_CHECKING:
     from tierlog.cluster.partition import Partition
     from tierlog.server.replica_manager import FetchPartitionResult
     from tierlog.tiered.remote_log_manager import RemoteLogManager
     from tierlog.tiered.remote_log_reader import RemoteStorageFetchInfo
+    from tierlog.tiered.remote_log_segment_metadata import TopicIdPartition
 
 __all__ = ["DelayedRemoteFetch"]
 
 log = logging.getLogger(__name__)
+
+#: A partition whose remote reads have all failed transiently for longer than this many
+#: ``remote.fetch.max.wait.ms`` gets UNKNOWN_SERVER_ERROR, which consumers report, instead
+#: of KAFKA_STORAGE_ERROR, which they retry silently: a long outage is not a silent stall.
+TRANSIENT_FAILURE_ROUNDS = 20
 
 
 class DelayedRemoteFetch:
@@ -51,6 +68,10 @@ class DelayedRemoteFetch:
     def __init__(self, rlm: RemoteLogManager) -> None:
         self.rlm = rlm
         self.read_ahead = RemoteReadAhead(rlm)
+        self.error_log = LogLimiter(60.0)
+        self.clock = time.monotonic  # replaced in tests
+        #: Partitions whose remote reads fail transiently: (first, last) failure, monotonic.
+        self._failing_since: dict[TopicIdPartition, tuple[float, float]] = {}
 
     def plan(
         self,
@@ -60,9 +81,11 @@ class DelayedRemoteFetch:
         max_bytes: int,
         min_one_message: bool,
         replica_id: int,
+        isolation_level: int = 0,
     ) -> bool:
         """When ``fetch_offset`` is only in remote storage, prepare ``result`` for a remote
-        read (or answer a follower with 109); True then."""
+        read (or answer a follower with 109); True then. read_committed reads also collect
+        the aborted transactions of their range."""
         rlm = self.rlm
         lg = p.log
         if p.topic_id is None or not rlm.needs_remote_read(lg, fetch_offset):
@@ -79,6 +102,7 @@ class DelayedRemoteFetch:
             fetch_offset,
             max_bytes,
             min_one_message,
+            isolation_level,
         )
         return True
 
@@ -120,22 +144,65 @@ class DelayedRemoteFetch:
                 continue
             error = fut.exception()
             if error is None:
+                self._failing_since.pop(fi.topic_id_partition, None)
                 info = fut.result()
                 r.records = info.records
+                r.aborted_transactions = info.aborted_transactions
                 read_ahead.after(fi, info)  # the consumer's next fetch, read meanwhile
             elif isinstance(error, OffsetOutOfRange):
                 r.error_code = OffsetOutOfRange.error_code
-            elif isinstance(error, RemoteResourceNotFoundError):
-                log.error("remote read failed, an object is missing from remote storage "
-                          "(`tierlog remote verify` lists them): %s", error)  # fmt: skip
-                r.error_code = KafkaStorageError.error_code
             elif isinstance(error, RemoteStorageError):
-                log.warning("remote read failed: %s", error)
-                r.error_code = KafkaStorageError.error_code
+                escalated = not error.permanent and self._failing_too_long(fi)
+                r.error_code = (
+                    UnknownServerError.error_code
+                    if error.permanent or escalated
+                    else KafkaStorageError.error_code
+                )
+                self._log_failure(fi, error, escalated)
             else:
                 log.error("remote read failed", exc_info=error)
                 r.error_code = KafkaStorageError.error_code
         return throttled
+
+    def _failing_too_long(self, fi: RemoteStorageFetchInfo) -> bool:
+        """A transient failure of a partition whose remote reads have all failed for more
+        than ``TRANSIENT_FAILURE_ROUNDS`` x ``remote.fetch.max.wait.ms``."""
+        now = self.clock()
+        limit_s = TRANSIENT_FAILURE_ROUNDS * self.rlm.config.remote_fetch_max_wait_ms / 1000
+        first, last = self._failing_since.get(fi.topic_id_partition, (now, now))
+        if now - last > limit_s:  # nobody read it for a while: a new run of failures
+            first = now
+        self._failing_since[fi.topic_id_partition] = (first, now)
+        return now - first > limit_s
+
+    def _log_failure(
+        self, fi: RemoteStorageFetchInfo, error: RemoteStorageError, escalated: bool = False
+    ) -> None:
+        """Once per remote segment (else partition) per minute: what failed, what the
+        client was answered and where to look."""
+        tp = fi.topic_id_partition
+        suppressed = self.error_log.admit((tp, error.segment, type(error), escalated))
+        if suppressed is None:
+            return
+        more = f" ({suppressed} more failures since the last line)" if suppressed else ""
+        if isinstance(error, RemoteResourceNotFoundError):
+            log.error("remote read of %s at offset %d failed, answering UNKNOWN_SERVER_ERROR: "
+                      "an object of remote segment %s is missing from remote storage "
+                      "(`tierlog remote verify` lists them): %s%s",
+                      tp, fi.fetch_offset, error.segment, error, more)  # fmt: skip
+        elif error.permanent:
+            log.error("remote read of %s at offset %d failed, answering UNKNOWN_SERVER_ERROR: "
+                      "remote segment %s is corrupt: %s%s",
+                      tp, fi.fetch_offset, error.segment, error, more)  # fmt: skip
+        elif escalated:
+            log.error("remote read of %s at offset %d failed, answering UNKNOWN_SERVER_ERROR: "
+                      "remote storage has failed every read of this partition for over %d "
+                      "x remote.fetch.max.wait.ms: %s%s", tp, fi.fetch_offset,
+                      TRANSIENT_FAILURE_ROUNDS, error, more)  # fmt: skip
+        else:
+            log.warning("remote read of %s at offset %d failed, answering "
+                        "KAFKA_STORAGE_ERROR (retriable): %s%s",
+                        tp, fi.fetch_offset, error, more)  # fmt: skip
 
     async def answer(
         self, results: list[FetchPartitionResult], max_wait_ms: int

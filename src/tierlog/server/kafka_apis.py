@@ -30,11 +30,15 @@ if TYPE_CHECKING:
     from tierlog.cluster.controller import KafkaController
     from tierlog.cluster.zk_admin import ZkAdminManager
     from tierlog.cluster.zk_broker import ZkBroker
+    from tierlog.cluster.zk_data import BrokerInfo
     from tierlog.coordinator.group.group_coordinator import GroupCoordinator
+    from tierlog.coordinator.transaction import TransactionCoordinator
     from tierlog.log.log_config import LogConfig
     from tierlog.log.log_manager import LogManager
     from tierlog.security.acl_checks import BrokerAuthorizer
-    from tierlog.security.credential_store import CredentialStore
+    from tierlog.security.credential_store import ScramCredentialStore
+    from tierlog.server.client_quotas import ClientQuotas
+    from tierlog.server.dynamic_broker_config import DynamicBrokerConfig
     from tierlog.server.kafka_config import KafkaConfig
     from tierlog.server.producer_id_manager import ProducerIdManager
     from tierlog.server.replica_manager import ReplicaManager
@@ -154,14 +158,21 @@ class KafkaApis:
         cluster: ZkBroker | None = None,
         controller: KafkaController | None = None,
         admin: ZkAdminManager | None = None,
-        credentials: CredentialStore | None = None,
+        credentials: ScramCredentialStore | None = None,
         endpoints: Mapping[str, BrokerEndpoint] | None = None,
         authorizer: BrokerAuthorizer | None = None,
+        client_quotas: ClientQuotas | None = None,
+        dynamic_config: DynamicBrokerConfig | None = None,
     ) -> None:
         self.config = config
+        #: Dynamic broker configs (AlterConfigs on the BROKER resource); None: read-only.
+        self.dynamic_config = dynamic_config
         self.log_manager = log_manager
         self.replica_manager = replica_manager
         self.group_coordinator = group_coordinator
+        #: The transaction coordinator (None: transactional ids are answered
+        #: COORDINATOR_NOT_AVAILABLE); set by the broker after construction.
+        self.txn_coordinator: TransactionCoordinator | None = None
         self.producer_id_manager = producer_id_manager
         self._default_endpoint = endpoint
         #: This node as each listener advertises it (Metadata answers with the address of the
@@ -188,6 +199,12 @@ class KafkaApis:
         self.credentials = credentials
         #: ACLs (authorizer.class.name); None: every request is allowed, at no cost.
         self.authorizer = authorizer
+        if client_quotas is None:  # tests that build KafkaApis by hand: no quota, in memory
+            from tierlog.server.client_quotas import ClientQuotas, MemoryQuotaStore
+
+            client_quotas = ClientQuotas(MemoryQuotaStore())
+        #: producer_byte_rate / consumer_byte_rate quotas and the APIs 48/49.
+        self.client_quotas = client_quotas
         from tierlog.server.handlers import HANDLERS
 
         self._handlers: dict[int, Handler] = dict(HANDLERS)
@@ -261,12 +278,16 @@ class KafkaApis:
         info = self.log_manager.topic(name)
         return None if info is None else info.config
 
-    def broker_endpoint(self, broker_id: int) -> BrokerEndpoint | None:
-        """A live broker's address for clients: the other broker's listener of the same name
-        as the one the request came in on (else this broker's first advertised listener's)."""
+    def broker_endpoint(
+        self, broker_id: int, info: BrokerInfo | None = None
+    ) -> BrokerEndpoint | None:
+        """A live broker's address for clients (or ``info``'s): the other broker's listener of
+        the same name as the one the request came in on (else this broker's first advertised
+        listener's)."""
         if self.cluster is None:
             return self.endpoint if broker_id == self.node_id else None
-        info = self.cluster.metadata.brokers.get(broker_id)
+        if info is None:
+            info = self.cluster.metadata.brokers.get(broker_id)
         if info is None:
             return None
         listener = self.listener_name or self.config.advertised_listeners[0].listener_name
@@ -281,6 +302,18 @@ class KafkaApis:
         out = []
         for b in self.cluster.metadata.alive_broker_ids():
             e = self.broker_endpoint(b)
+            if e is not None:
+                out.append(e)
+        return out
+
+    def listed_brokers(self) -> list[BrokerEndpoint]:
+        """The brokers of a Metadata response: the live ones, and for a moment those that
+        left (:meth:`~tierlog.cluster.metadata_cache.MetadataCache.listed_brokers`)."""
+        if self.cluster is None:
+            return [self.endpoint]
+        out = []
+        for b, info in sorted(self.cluster.metadata.listed_brokers().items()):
+            e = self.broker_endpoint(b, info)
             if e is not None:
                 out.append(e)
         return out

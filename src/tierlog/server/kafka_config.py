@@ -49,7 +49,9 @@ from tierlog.server.config_def import between as _between
 from tierlog.server.config_def import define as _d
 from tierlog.server.config_def import format_config_value as _format
 from tierlog.server.config_def import ignored as _ignored
+from tierlog.server.config_def import one_of as _one_of
 from tierlog.server.config_def import parse_config_value as _parse_value
+from tierlog.server.config_providers import resolve_config_providers
 
 if TYPE_CHECKING:
     from tierlog.log.log_cleaner import CleanerConfig
@@ -198,7 +200,6 @@ def _assignors(v: Any) -> str | None:
 
 
 _SINGLE = "tierlog is a single node"
-_NO_TXN = "no transactions"
 _NO_PLUGIN = "the built-in plugins are configured by rsm.config.* and rlmm.config.*"
 
 # fmt: off
@@ -335,12 +336,26 @@ _BROKER_ONLY: tuple[BrokerConfigDef, ...] = (
        "segment.bytes of __consumer_offsets."),
     _d("offsets.retention.minutes", "int", 10_080, _min(1),
        "Committed offsets of an empty group expire after this."),
-    # --- transactions and share groups (out of scope)
-    _ignored("transaction.state.log.replication.factor", "short", 3, _min(1), _NO_TXN),
-    _ignored("transaction.state.log.min.isr", "int", 2, _min(1), _NO_TXN),
-    _ignored("transaction.state.log.num.partitions", "int", 50, _min(1), _NO_TXN),
-    _ignored("transaction.state.log.segment.bytes", "int", 104_857_600, _min(1), _NO_TXN),
-    _ignored("transaction.state.log.load.buffer.size", "int", 5_242_880, _min(1), _NO_TXN),
+    # --- transactions (the transaction coordinator and __transaction_state)
+    _d("transaction.state.log.replication.factor", "short", 3, _min(1),
+       "Replication factor of __transaction_state (capped by the live brokers when created)."),
+    _d("transaction.state.log.min.isr", "int", 2, _min(1),
+       "min.insync.replicas of __transaction_state."),
+    _d("transaction.state.log.num.partitions", "int", 50, _min(1),
+       "Partitions of __transaction_state (fixed once created)."),
+    _d("transaction.state.log.segment.bytes", "int", 104_857_600, _min(1),
+       "segment.bytes of __transaction_state."),
+    _ignored("transaction.state.log.load.buffer.size", "int", 5_242_880, _min(1),
+             "loads read the log in 1 MiB chunks"),
+    _d("transaction.max.timeout.ms", "int", 900_000, _min(1),
+       "Largest transaction.timeout.ms a producer may ask for (INVALID_TRANSACTION_TIMEOUT)."),
+    _d("transactional.id.expiration.ms", "int", 604_800_000, _min(1),
+       "A transactional id idle this long (no transaction) is removed."),
+    _d("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10_000, _min(1),
+       "How often transactions open past their timeout are looked for and aborted."),
+    _d("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3_600_000, _min(1),
+       "How often expired transactional ids are removed."),
+    # --- share groups (out of scope)
     _ignored("share.coordinator.state.topic.replication.factor", "short", 3, _min(1), _SINGLE),
     _ignored("share.coordinator.state.topic.min.isr", "short", 2, _min(1), _SINGLE),
     # --- tiered storage (KIP-405)
@@ -351,6 +366,9 @@ _BROKER_ONLY: tuple[BrokerConfigDef, ...] = (
     _d("remote.log.reader.threads", "int", 10, _min(1), "Threads serving remote reads."),
     _d("remote.log.reader.max.pending.tasks", "int", 100, _min(1),
        "Remote reads queued before new ones are rejected."),
+    _d("remote.log.reader.prefetch.max.bytes", "long", 64 << 20, _min(0),
+       "tierlog: remote segment data read ahead of sequential consumers in parallel 1 MiB "
+       "ranged reads, at most this much held (0: one ranged read per fetch, no read-ahead)."),
     _d("remote.log.manager.copier.thread.pool.size", "int", 10, _min(1),
        "Threads copying segments to remote storage."),
     _d("remote.log.manager.expiration.thread.pool.size", "int", 10, _min(1),
@@ -373,6 +391,12 @@ _BROKER_ONLY: tuple[BrokerConfigDef, ...] = (
        "Largest backoff of a failing remote copy task."),
     _d("remote.log.manager.task.retry.jitter", "double", 0.2, None,
        "Random jitter (+-fraction) applied to the remote copy task backoff."),
+    # tierlog.*: Kafka has no such check; a key of ours under Kafka's remote.log.* could
+    # collide with a future KIP's, and the prefix tells a reader no Kafka document covers it.
+    _d("tierlog.remote.storage.startup.check", "string", "fail",
+       _one_of("fail", "warn", "none"),
+       "tierlog: at startup, write, read and delete a probe object in remote storage: fail "
+       "(refuse to start when it fails), warn (log it and start anyway), none (no check)."),
     _d("remote.log.metadata.custom.metadata.max.bytes", "int", 128, _min(0),
        "Largest custom metadata a RemoteStorageManager may return per segment."),
     _ignored("remote.log.storage.manager.class.name", "string", None, None, _NO_PLUGIN),
@@ -385,6 +409,10 @@ _BROKER_ONLY: tuple[BrokerConfigDef, ...] = (
        "Prefix of the RemoteStorageManager's keys."),
     _d("remote.log.metadata.manager.impl.prefix", "string", RLMM_CONFIG_PREFIX, None,
        "Prefix of the RemoteLogMetadataManager's keys."),
+    # --- client quotas (KIP-13, KIP-55): the window byte rates are measured over
+    _d("quota.window.num", "int", 11, _min(1),
+       "Samples of a client's byte rate (producer_byte_rate, consumer_byte_rate quotas)."),
+    _d("quota.window.size.seconds", "int", 1, _min(1), "Length of each quota rate sample."),
     # --- observability
     _d("metrics.port", "int", None, _between(0, 65535),
        "tierlog: port of the Prometheus /metrics endpoint (unset: no endpoint)."),
@@ -490,8 +518,8 @@ class ConfigEntry:
 
     name: str
     value: str | None  # None for sensitive configs and unset configs
-    source: str  # DEFAULT_CONFIG | STATIC_BROKER_CONFIG
-    read_only: bool  # tierlog has no dynamic broker configs: always True
+    source: str  # DEFAULT_CONFIG | STATIC_BROKER_CONFIG (dynamic sources: dynamic_broker_config)
+    read_only: bool  # True here; dynamic_broker_config clears it for the dynamic configs
     sensitive: bool
     config_type: str  # Kafka's ConfigType name: INT, LONG, BOOLEAN, STRING, LIST, ...
     documentation: str
@@ -512,17 +540,20 @@ class KafkaConfig:
             ConfigError: an unknown key, or a value that does not parse or validate.
         """
         self.originals: dict[str, str] = dict(props)
-        rsm_prefix = self.originals.get(
+        # ${provider:path:key} references resolved (config.providers, KIP-297); originals
+        # keep them as written, so no resolved secret shows in repr or DescribeConfigs.
+        self._resolved = resolve_config_providers(self.originals)
+        rsm_prefix = self._resolved.get(
             "remote.log.storage.manager.impl.prefix", RSM_CONFIG_PREFIX
         ).strip()
-        rlmm_prefix = self.originals.get(
+        rlmm_prefix = self._resolved.get(
             "remote.log.metadata.manager.impl.prefix", RLMM_CONFIG_PREFIX
         ).strip()
         self.rsm_config: dict[str, str] = {}
         self.rlmm_config: dict[str, str] = {}
         values: dict[str, Any] = {}
         per_listener: dict[str, dict[str, Any]] = {}
-        for key, raw in self.originals.items():
+        for key, raw in self._resolved.items():
             if rsm_prefix and key.startswith(rsm_prefix) and len(key) > len(rsm_prefix):
                 self.rsm_config[key[len(rsm_prefix) :]] = raw.strip()
                 continue
@@ -594,6 +625,22 @@ class KafkaConfig:
                         f"{e} uses the non-routable meta-address {e.host}",
                     )
         ibl = get("inter.broker.listener.name")
+        if ibl is not None and "security.inter.broker.protocol" in values:
+            # Kafka: "Only one of inter.broker.listener.name and security.inter.broker.protocol
+            # should be set."
+            raise ConfigError(
+                "security.inter.broker.protocol",
+                "set inter.broker.listener.name or security.inter.broker.protocol, not both",
+            )
+        if ibl is None and "security.inter.broker.protocol" in values:
+            # Kafka's way: the listener named after the protocol
+            ibl = str(get("security.inter.broker.protocol")).upper()
+            if ibl not in {e.listener_name for e in self.listeners}:
+                raise ConfigError(
+                    "security.inter.broker.protocol",
+                    f"no listener is named {ibl} (the inter-broker listener is the one named "
+                    "after the protocol; or set inter.broker.listener.name)",
+                )
         if ibl is not None and ibl.upper() not in {e.listener_name for e in self.listeners}:
             raise ConfigError("inter.broker.listener.name", f"{ibl!r} is not one of the listeners")
         self.socket_request_max_bytes: int = get("socket.request.max.bytes")
@@ -671,12 +718,28 @@ class KafkaConfig:
         self.offsets_topic_num_partitions: int = get("offsets.topic.num.partitions")
         self.offsets_topic_segment_bytes: int = get("offsets.topic.segment.bytes")
         self.offsets_retention_ms: int = int(get("offsets.retention.minutes")) * 60_000
+        # transactions
+        self.transaction_state_log_num_partitions: int = get("transaction.state.log.num.partitions")
+        self.transaction_state_log_replication_factor: int = get(
+            "transaction.state.log.replication.factor"
+        )
+        self.transaction_state_log_min_isr: int = get("transaction.state.log.min.isr")
+        self.transaction_state_log_segment_bytes: int = get("transaction.state.log.segment.bytes")
+        self.transaction_max_timeout_ms: int = get("transaction.max.timeout.ms")
+        self.transactional_id_expiration_ms: int = get("transactional.id.expiration.ms")
+        self.transaction_abort_timed_out_transaction_cleanup_interval_ms: int = get(
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms"
+        )
+        self.transaction_remove_expired_transaction_cleanup_interval_ms: int = get(
+            "transaction.remove.expired.transaction.cleanup.interval.ms"
+        )
 
         # tiered storage
         self.remote_log_storage_system_enable: bool = get("remote.log.storage.system.enable")
         self.remote_log_manager_task_interval_ms: int = get("remote.log.manager.task.interval.ms")
         self.remote_log_reader_threads: int = get("remote.log.reader.threads")
         self.remote_log_reader_max_pending_tasks: int = get("remote.log.reader.max.pending.tasks")
+        self.remote_log_reader_prefetch_max_bytes: int = get("remote.log.reader.prefetch.max.bytes")
         self.remote_log_manager_copier_thread_pool_size: int = get(
             "remote.log.manager.copier.thread.pool.size"
         )
@@ -721,12 +784,17 @@ class KafkaConfig:
         self.remote_log_manager_task_retry_jitter: float = get(
             "remote.log.manager.task.retry.jitter"
         )
+        self.remote_storage_startup_check: str = str(
+            get("tierlog.remote.storage.startup.check")
+        ).lower()
         self.metrics_port: int | None = get("metrics.port")
         listener = get("console.listener")
         #: (host, port) of the web console; None: no console.
         self.console_listener: tuple[str, int] | None = (
             None if listener is None else parse_console_listener(listener)
         )
+        self.quota_window_num: int = get("quota.window.num")
+        self.quota_window_size_seconds: int = get("quota.window.size.seconds")
 
         # the cluster
         self.zookeeper_connect: str | None = get("zookeeper.connect")
@@ -995,7 +1063,7 @@ class KafkaConfig:
                     props[name] = str(self._effective_ms[name])
                     _parse_value(d, props[name])  # a value folded from hours must validate too
             elif name in self._values:
-                props[name] = self.originals[name]
+                props[name] = self._resolved[name]
         return props
 
 

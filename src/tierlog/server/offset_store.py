@@ -19,16 +19,19 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from tierlog.coordinator.offset_store import StoredBatch
 from tierlog.errors import (
     ApiError,
     CoordinatorNotAvailable,
     KafkaStorageError,
     NotLeaderOrFollower,
+    for_code,
 )
-from tierlog.log.log_replay import iter_log_records
-from tierlog.records.default_records import build_batch
+from tierlog.records import Record
+from tierlog.records.default_records import build_batch, control_record_type, iter_records
+from tierlog.records.record_batch import RecordBatchHeader
 from tierlog.server.replica_manager import GROUP_METADATA_TOPIC_NAME
 
 if TYPE_CHECKING:
@@ -107,38 +110,54 @@ def ensure_offsets_topic_in_cluster(apis: KafkaApis) -> None:
 
 
 class OffsetStore:
-    """The group coordinator's :class:`tierlog.coordinator.offset_store.OffsetStore` on the
-    logs of ``__consumer_offsets``."""
+    """A coordinator's :class:`tierlog.coordinator.offset_store.OffsetStore` on the logs of
+    its internal topic (``__consumer_offsets`` unless ``topic`` says otherwise)."""
 
-    def __init__(self, replica_manager: ReplicaManager) -> None:
+    def __init__(
+        self, replica_manager: ReplicaManager, topic: str = GROUP_METADATA_TOPIC_NAME
+    ) -> None:
         self._rm = replica_manager
+        self._topic = topic
 
     def _log(self, partition: int):  # type: ignore[no-untyped-def]
+        topic = self._topic
         try:
-            p = self._rm.get_partition(GROUP_METADATA_TOPIC_NAME, partition)
+            p = self._rm.get_partition(topic, partition)
         except KafkaStorageError as e:
-            raise CoordinatorNotAvailable(
-                f"{GROUP_METADATA_TOPIC_NAME}-{partition} is not available: {e}"
-            ) from e
+            raise CoordinatorNotAvailable(f"{topic}-{partition} is not available: {e}") from e
         if p is None:
-            raise CoordinatorNotAvailable(
-                f"{GROUP_METADATA_TOPIC_NAME}-{partition} is not available"
-            )
+            raise CoordinatorNotAvailable(f"{topic}-{partition} is not available")
         return p
 
-    async def append(self, partition: int, records: Sequence[tuple[bytes, bytes | None]]) -> None:
-        """Append ``records`` as one batch; returns once they are in the log.
+    async def append(
+        self,
+        partition: int,
+        records: Sequence[tuple[bytes, bytes | None]],
+        *,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        transactional: bool = False,
+    ) -> None:
+        """Append ``records`` as one batch (of the producer's transaction with
+        ``transactional``); returns once the ISR has them.
 
         Raises:
             CoordinatorNotAvailable: the partition does not exist.
-            KafkaStorageError: the append failed.
+            NotLeaderOrFollower: this broker no longer leads it.
+            ApiError: the append failed (the subclass of its error code).
         """
         if not records:
             return
         now = int(time.time() * 1000)
-        batch = build_batch([(now, k, v) for k, v in records])
-        self._log(partition)  # raises CoordinatorNotAvailable when the partition is missing
-        rm, topic = self._rm, GROUP_METADATA_TOPIC_NAME
+        p = self._log(partition)  # raises CoordinatorNotAvailable when the partition is missing
+        batch = build_batch(
+            [(now, k, v) for k, v in records],
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=self._next_sequence(p, producer_id, producer_epoch),
+            is_transactional=transactional,
+        )
+        rm, topic = self._rm, self._topic
         # Kafka's offsets.commit.required.acks (-1): a commit is acknowledged once the ISR
         # has it, so it survives the coordinator's broker.
         if rm.append_in_thread(topic, partition):  # flush.messages: the append may fsync
@@ -149,26 +168,73 @@ class OffsetStore:
             r = rm.append_records(topic, partition, batch, internal=True, required_acks=-1)
         r = await rm.wait_for_acks(topic, partition, r, _COMMIT_TIMEOUT_MS)
         if r.error_code == NotLeaderOrFollower.error_code:
-            raise NotLeaderOrFollower(f"{GROUP_METADATA_TOPIC_NAME}-{partition} moved")
+            raise NotLeaderOrFollower(f"{topic}-{partition} moved")
         if r.error_code:
-            raise KafkaStorageError(
-                f"append to {GROUP_METADATA_TOPIC_NAME}-{partition} failed: "
+            # The code's own error (NOT_ENOUGH_REPLICAS, REQUEST_TIMED_OUT ...): the
+            # coordinators map each to what their clients are told.
+            raise for_code(r.error_code)(
+                f"append to {topic}-{partition} failed: "
                 f"error {r.error_code} {r.error_message or ''}"
             )
+
+    @staticmethod
+    def _next_sequence(p: Any, producer_id: int, producer_epoch: int) -> int:
+        """The sequence of a producer's next batch here. Kafka's coordinators write 0 and
+        their appends skip the producer checks; this log checks every producer batch (a
+        second TxnOffsetCommit of an epoch at sequence 0 would pass as a duplicate and not be
+        written), so the batch continues the producer's sequence on this partition. The
+        caller serializes appends per partition."""
+        if producer_id < 0:
+            return -1
+        entry = p.log.producer_state_manager.last_entry(producer_id)
+        if entry is None or entry.producer_epoch != producer_epoch or entry.is_empty:
+            return 0
+        return int((entry.last_seq + 1) % (1 << 31))
 
     def replay(self, partition: int) -> Iterable[tuple[bytes, bytes | None]]:
         """Every record of the partition, oldest first (keys without a key are skipped)."""
         return self._iter(partition)
 
     def _iter(self, partition: int) -> Iterator[tuple[bytes, bytes | None]]:
+        for b in self._iter_batches(partition):
+            if b.control_type is None:
+                yield from b.records
+
+    def replay_batches(self, partition: int) -> Iterable[StoredBatch]:
+        """Every batch of the partition, oldest first, control batches included."""
+        return self._iter_batches(partition)
+
+    def _iter_batches(self, partition: int) -> Iterator[StoredBatch]:
         lg = self._log(partition).log
+        topic = self._topic
 
         def stop(offset: int, e: ApiError) -> None:
-            log.error(
-                "replay of %s-%d stopped at %d: %s", GROUP_METADATA_TOPIC_NAME, partition, offset, e
-            )
+            log.error("replay of %s-%d stopped at %d: %s", topic, partition, offset, e)
 
-        start, end = int(lg.log_start_offset), int(lg.log_end_offset)
-        for r in iter_log_records(lg, start, end, stop, chunk_bytes=_REPLAY_CHUNK):
-            if r.key is not None:
-                yield r.key, r.value
+        offset, end = int(lg.log_start_offset), int(lg.log_end_offset)
+        while offset < end:
+            try:
+                buf = lg.read(offset, _REPLAY_CHUNK, max_offset=end, min_one_message=True).records
+            except ApiError as e:
+                stop(offset, e)
+                return
+            progressed = False
+            for header, records in iter_records(buf or b"", check_crc=False):
+                if header.last_offset >= offset:
+                    yield self._stored(header, records)
+                if header.last_offset + 1 > offset:
+                    offset = header.last_offset + 1
+                    progressed = True
+            if not progressed:
+                return
+
+    @staticmethod
+    def _stored(header: RecordBatchHeader, records: list[Record]) -> StoredBatch:
+        if header.is_control_batch:
+            control = control_record_type(records[0].key) if records else -1
+            return StoredBatch([], header.producer_id, True, control)
+        return StoredBatch(
+            [(r.key, r.value) for r in records if r.key is not None],
+            header.producer_id,
+            header.is_transactional,
+        )

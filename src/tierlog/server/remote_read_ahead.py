@@ -72,7 +72,11 @@ class RemoteReadAhead:
         if entry is None:
             return None
         future, ahead, at = entry
-        if time.monotonic() - at > self._ttl_s or ahead.max_bytes > fi.max_bytes:
+        if (
+            time.monotonic() - at > self._ttl_s
+            or ahead.max_bytes > fi.max_bytes
+            or ahead.isolation_level != fi.isolation_level
+        ):
             future.cancel()
             return None
         if future.done():
@@ -117,7 +121,9 @@ class RemoteReadAhead:
             return
         from tierlog.tiered.remote_log_reader import RemoteStorageFetchInfo
 
-        ahead = RemoteStorageFetchInfo(fi.topic_id_partition, nxt, fi.max_bytes, True)
+        ahead = RemoteStorageFetchInfo(
+            fi.topic_id_partition, nxt, fi.max_bytes, True, fi.isolation_level
+        )
         key = (fi.topic_id_partition, nxt)
         if key in self._entries:
             return

@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,6 +56,14 @@ from tierlog.errors import (
 from tierlog.log.checkpoint_file import OffsetCheckpointFile
 from tierlog.log.log_config import LONG_MAX
 from tierlog.log.log_file_utils import REPLICATION_OFFSET_CHECKPOINT_FILENAME
+from tierlog.log.transaction_index import AbortedTxn
+from tierlog.log.transaction_marker import TxnMarker
+from tierlog.records.control_records import (
+    CONTROL_TYPE_ABORT,
+    CONTROL_TYPE_COMMIT,
+    EndTransactionMarker,
+    build_end_txn_marker_batch,
+)
 from tierlog.records.record_batch import LOG_OVERHEAD, read_header
 from tierlog.server.delayed_remote_fetch import DelayedRemoteFetch
 
@@ -76,7 +84,15 @@ def _now_ms() -> int:
 
 #: Internal topics that clients may read but never produce to.
 GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
-INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC_NAME, "__remote_log_metadata"})
+INTERNAL_TOPICS = frozenset(
+    {GROUP_METADATA_TOPIC_NAME, "__remote_log_metadata", "__transaction_state"}
+)
+
+#: (transactional id, producer id, producer epoch, topic, partition) -> error code.
+TxnVerifier = Callable[[str, int, int, str, int], Awaitable[int]]
+
+#: How long markers wait for the ISR (Kafka: request.timeout.ms of the inter-broker path).
+TXN_MARKER_TIMEOUT_MS = 30_000
 
 #: Fetch isolation levels (FetchRequest.isolation_level).
 READ_UNCOMMITTED = 0
@@ -111,6 +127,8 @@ class FetchPartitionResult:
     remote: RemoteStorageFetchInfo | None = None
     #: For a follower whose log diverged: (epoch, end offset) of the leader's log (KIP-595).
     diverging_epoch: tuple[int, int] | None = None
+    #: read_committed: the aborted transactions of the range read (None: read_uncommitted).
+    aborted_transactions: list[AbortedTxn] | None = None
 
     @property
     def size(self) -> int:
@@ -163,6 +181,13 @@ class ReplicaManager:
         self.topic_stats: BrokerTopicStats | None = None
         #: Moves between log dirs (AlterReplicaLogDirs); set by the broker once started.
         self.alter_log_dirs_manager: ReplicaAlterLogDirsManager | None = None
+        #: Called with (producer id, ``__consumer_offsets`` partition indexes, commit) once
+        #: markers have landed there (the group coordinator's pending transactional offsets).
+        self.txn_completion_listeners: list[Callable[[int, list[int], bool], None]] = []
+        #: KIP-890's check that a transactional produce's partition was added to its
+        #: transaction: awaited with (transactional id, producer id, producer epoch, topic,
+        #: partition), returns an error code (0: go on). None: no check.
+        self.txn_verifier: TxnVerifier | None = None
 
     # ----------------------------------------------------------------- partitions
 
@@ -422,6 +447,82 @@ class ReplicaManager:
                 return self._append_failed(checked, e)
         return self._appended(checked, info)
 
+    # ----------------------------------------------------------------- transaction markers
+
+    async def append_txn_markers(
+        self, markers: Sequence[TxnMarker], timeout_ms: int = TXN_MARKER_TIMEOUT_MS
+    ) -> dict[tuple[int, str, int], int]:
+        """Append one COMMIT/ABORT control batch per marker to the leader logs here (Kafka's
+        ``ReplicaManager.appendRecords`` with origin COORDINATOR), wait until the ISR has
+        them (acks=all) and return the error code per (producer id, topic, partition):
+        NOT_LEADER_OR_FOLLOWER / UNKNOWN_TOPIC_OR_PARTITION for partitions not led here,
+        INVALID_PRODUCER_EPOCH for a marker older than the producer's epoch,
+        TRANSACTION_COORDINATOR_FENCED for an older coordinator epoch, 0 when written.
+
+        Markers are appended in the given order (one partition's stay in order); then every
+        :attr:`txn_completion_listeners` callable is told about the ``__consumer_offsets``
+        partitions each (producer, result) reached.
+        """
+        appended: list[tuple[TxnMarker, Awaitable[ProducePartitionResult]]] = []
+        results: dict[tuple[int, str, int], int] = {}
+        for m in markers:
+            key = (m.producer_id, m.topic, m.partition)
+            try:
+                p = self.get_partition(m.topic, m.partition)
+            except KafkaStorageError as e:
+                results[key] = e.error_code
+                continue
+            if p is None:
+                results[key] = self.not_here_error(m.topic, m.partition)
+                continue
+            if not p.is_leader:
+                results[key] = NotLeaderOrFollower.error_code
+                continue
+            control_type = CONTROL_TYPE_COMMIT if m.commit else CONTROL_TYPE_ABORT
+            try:
+                batch = build_end_txn_marker_batch(
+                    EndTransactionMarker(control_type, m.coordinator_epoch),
+                    producer_id=m.producer_id,
+                    producer_epoch=m.producer_epoch,
+                    timestamp=self._time_ms(),
+                )
+            except ValueError as e:
+                results[key] = self._append_failed(p, InvalidRecord(str(e))).error_code
+                continue
+            result = await self._append_marker(p, batch)
+            appended.append((m, self.wait_for_acks(m.topic, m.partition, result, timeout_ms)))
+        acked = await asyncio.gather(*(aw for _, aw in appended))
+        completed: dict[tuple[int, bool], list[int]] = {}
+        for (m, _), r in zip(appended, acked, strict=True):
+            results[(m.producer_id, m.topic, m.partition)] = r.error_code
+            if not r.error_code and m.topic == GROUP_METADATA_TOPIC_NAME:
+                completed.setdefault((m.producer_id, m.commit), []).append(m.partition)
+        for (producer_id, commit), partitions in completed.items():
+            for listener in list(self.txn_completion_listeners):
+                try:
+                    listener(producer_id, partitions, commit)
+                except Exception:
+                    log.exception("transaction completion listener %r failed", listener)
+        return results
+
+    async def _append_marker(self, p: Partition, batch: bytes) -> ProducePartitionResult:
+        def append() -> Any:
+            return p.log.append(
+                batch, leader_epoch=p.leader_epoch, origin_client=False, origin_coordinator=True
+            )
+
+        try:
+            if p.log.config.flush_interval < LONG_MAX:  # may fsync: in a thread, in order
+                async with p.append_lock():
+                    if not p.is_leader:
+                        return ProducePartitionResult(NotLeaderOrFollower.error_code)
+                    info = await asyncio.to_thread(append)
+            else:
+                info = append()
+        except (ApiError, OSError) as e:
+            return self._append_failed(p, e)
+        return self._appended(p, info)
+
     def must_wait_for_acks(self, topic: str, index: int, result: ProducePartitionResult) -> bool:
         """Whether an acks=all append must wait: the high watermark has not passed it yet
         (never on a single node, where it moves with the append)."""
@@ -568,7 +669,9 @@ class ReplicaManager:
         if upper <= fetch_offset <= lg.log_end_offset:
             result.records = b""
             return result
-        if self._plan_remote_read(p, result, fetch_offset, max_bytes, min_one_message, replica_id):
+        if self._plan_remote_read(
+            p, result, fetch_offset, max_bytes, min_one_message, replica_id, isolation_level
+        ):
             return result
         try:
             data = lg.read(
@@ -577,7 +680,7 @@ class ReplicaManager:
         except OffsetOutOfRange:
             # The local segment may have been deleted (tiered) since the check above.
             if self._plan_remote_read(
-                p, result, fetch_offset, max_bytes, min_one_message, replica_id
+                p, result, fetch_offset, max_bytes, min_one_message, replica_id, isolation_level
             ):
                 return result
             result.error_code = OffsetOutOfRange.error_code
@@ -598,6 +701,17 @@ class ReplicaManager:
             result.records = b""
             return result
         result.records = data.records
+        if isolation_level == READ_COMMITTED and replica_id < 0:
+            try:
+                result.aborted_transactions = (
+                    _aborted_transactions(lg, fetch_offset, data.records, upper)
+                    if data.records
+                    else []
+                )
+            except (ApiError, OSError) as e:
+                log.error("reading the transaction index of %s-%d failed: %s", p.topic, p.index, e)
+                result.error_code = KafkaStorageError.error_code
+                result.records = b""
         return result
 
     def _check_fetch(
@@ -636,10 +750,11 @@ class ReplicaManager:
         max_bytes: int,
         min_one_message: bool,
         replica_id: int,
+        isolation_level: int = 0,
     ) -> bool:
         remote = self._remote
         return remote is not None and remote.plan(
-            p, result, fetch_offset, max_bytes, min_one_message, replica_id
+            p, result, fetch_offset, max_bytes, min_one_message, replica_id, isolation_level
         )
 
     async def read_remote(self, results: list[FetchPartitionResult]) -> int:
@@ -806,6 +921,18 @@ class ReplicaManager:
             p.wake_waiters()
         if self._remote is not None:
             self._remote.read_ahead.clear()
+
+
+def _aborted_transactions(
+    lg: Any, fetch_offset: int, records: bytes | memoryview, upper: int
+) -> list[AbortedTxn]:
+    """The aborted transactions of a read_committed read that returned ``records``: those
+    overlapping [fetch offset, end of the segment read) (a read skips segments left with
+    only empty batches by the cleaner, so the segment is the first batch's)."""
+    first = int.from_bytes(records[:8], "big", signed=True) if len(records) >= 8 else -1
+    read_offset = max(fetch_offset, first)
+    bound = lg.fetch_upper_bound_offset(read_offset, upper)
+    return list(lg.collect_aborted_transactions(fetch_offset, bound))
 
 
 def _safe_log_start(p: Partition) -> int:

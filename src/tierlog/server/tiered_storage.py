@@ -76,6 +76,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_REMOTE_DIR",
+    "open_remote_storage",
     "METADATA_CACHE_DIR",
     "PENDING_DELETIONS_FILENAME",
     "PendingDeletion",
@@ -107,6 +108,53 @@ def default_rsm_config(rsm_config: dict[str, str]) -> dict[str, str]:
     if "uri" not in out:
         out["uri"] = DEFAULT_REMOTE_DIR.resolve().as_uri()
     return out
+
+
+def open_remote_storage(config: KafkaConfig) -> PyArrowRemoteStorageManager:
+    """The RemoteStorageManager of ``rsm.config.*``, checked: the broker calls this before it
+    writes anything to its log dirs, so a bad URI or an unreachable store stops it first.
+
+    ``tierlog.remote.storage.startup.check``: ``fail`` (default) writes, reads back and
+    deletes a probe object and refuses to start when that fails; ``warn`` logs the failure
+    and starts anyway (copies then fail and are retried, as when the store goes down later);
+    ``none`` skips the probe.
+
+    Raises:
+        ConfigError: a bad ``rsm.config.*`` (the key named).
+        RemoteStorageError: the probe failed under ``fail``.
+    """
+    from tierlog.tiered.storage.pyarrow_remote_storage_manager import (
+        PyArrowRemoteStorageManager,
+    )
+
+    rsm_config = default_rsm_config(config.rsm_config)
+    uri = rsm_config["uri"]
+    try:
+        rsm = PyArrowRemoteStorageManager.from_config(rsm_config)
+    except OSError as e:  # the local root cannot be created
+        raise RemoteStorageError(f"remote storage {uri} cannot be used: {e}") from e
+    mode = config.remote_storage_startup_check
+    if mode == "none":
+        return rsm
+    t0 = time.monotonic()
+    try:
+        rsm.check_writable()
+    except RemoteStorageError as e:
+        hint = (
+            "check rsm.config.uri and rsm.config.s3.* (endpoint, region, credentials), or set "
+            "tierlog.remote.storage.startup.check=warn to start anyway"
+        )
+        if mode == "fail":
+            rsm.close()
+            raise RemoteStorageError(
+                f"remote storage {uri} is not reachable and writable: {e}; {hint}"
+            ) from e
+        log.warning("remote storage %s is not reachable and writable, starting anyway "
+                    "(tierlog.remote.storage.startup.check=warn): %s", uri, e)  # fmt: skip
+        return rsm
+    log.info("remote storage %s is reachable and writable (checked in %.2fs)",
+             uri, time.monotonic() - t0)  # fmt: skip
+    return rsm
 
 
 # ---------------------------------------------------------------------- pending deletions
@@ -207,8 +255,11 @@ class TieredStorage:
         log_manager: LogManager,
         loop: asyncio.AbstractEventLoop | None = None,
         metrics_registry: CollectorRegistry | None = None,
+        rsm: PyArrowRemoteStorageManager | None = None,
     ) -> None:
         self.config = config
+        #: The store opened (and checked) by :func:`open_remote_storage`; None: built by start.
+        self._opened_rsm = rsm
         #: Where the tiered metrics are registered (the broker's ``/metrics`` registry;
         #: None: a registry of their own, not served).
         self.metrics_registry = metrics_registry
@@ -277,8 +328,12 @@ class TieredStorage:
             local = None
             num_metadata = num_metadata_partitions or c.remote_log_metadata_topic_num_partitions
             self.in_cluster = True
-        rsm_config = default_rsm_config(c.rsm_config)
-        self.rsm = PyArrowRemoteStorageManager.from_config(rsm_config)
+        if self._opened_rsm is not None:
+            self.rsm = self._opened_rsm
+        else:
+            self.rsm = PyArrowRemoteStorageManager.from_config(default_rsm_config(c.rsm_config))
+        if self.rsm.credentials_source is not None:
+            log.info("remote storage S3 credentials from %s", self.rsm.credentials_source)
         self.publisher = publisher
         self.rlmm = TopicBasedRemoteLogMetadataManager(
             self.publisher,
@@ -303,7 +358,7 @@ class TieredStorage:
                 "tiered storage started in %.3fs: remote storage %s; partitions are taken as "
                 "this broker leads or follows them",
                 time.monotonic() - t0,
-                rsm_config["uri"],
+                self.rsm.uri,
             )
         else:
             tps = self.tiered_partitions()
@@ -314,7 +369,7 @@ class TieredStorage:
                 "tiered storage started in %.3fs: remote storage %s, %d tiered partitions ready "
                 "in %.3fs after reading %d records of %s",
                 time.monotonic() - t0,
-                rsm_config["uri"],
+                self.rsm.uri,
                 len(tps),
                 time.monotonic() - t1,
                 local.records_read,

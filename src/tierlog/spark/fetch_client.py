@@ -14,6 +14,13 @@ Framing, headers and decoding are :class:`~tierlog.protocol.client_connection.Cl
 pipelined: :meth:`BrokerConnection.send` returns at once and :meth:`BrokerConnection.receive`
 returns responses in request order (Kafka answers in order).
 
+Security: a :class:`~tierlog.security.client_security.ClientSecurity` (from the source's
+``kafka.security.protocol``, ``kafka.sasl.*`` and ``kafka.ssl.*`` options) wraps each socket in
+TLS (the broker's certificate and host name checked) and logs in with SASL (PLAIN or SCRAM:
+SaslHandshake v1, then SaslAuthenticate v2 until the mechanism completes) before the first
+request; a refused login raises :class:`~tierlog.errors.SaslAuthenticationFailed` with the
+broker's message (not retriable).
+
 Errors: socket failures raise ``OSError`` (``TimeoutError`` on timeouts); a partition- or
 topic-level Kafka error code raises the :class:`~tierlog.errors.ApiError` subclass of that
 code (``tierlog.errors.for_code``); a response that does not parse raises
@@ -41,9 +48,16 @@ from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopi
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i32Timedelta, i64
 
-from tierlog.errors import ApiError, LeaderNotAvailable, RemoteProtocolError, for_code
+from tierlog.errors import (
+    ApiError,
+    LeaderNotAvailable,
+    RemoteProtocolError,
+    SaslAuthenticationFailed,
+    for_code,
+)
 from tierlog.protocol._events import ConnectionClosed
 from tierlog.protocol.client_connection import ClientConnection
+from tierlog.security.client_security import PLAINTEXT, ClientSecurity
 
 __all__ = [
     "EARLIEST_TIMESTAMP",
@@ -138,14 +152,60 @@ class BrokerConnection:
     """
 
     def __init__(
-        self, address: BrokerAddress, *, client_id: str, timeout_s: float, recv_buffer: int
+        self,
+        address: BrokerAddress,
+        *,
+        client_id: str,
+        timeout_s: float,
+        recv_buffer: int,
+        security: ClientSecurity = PLAINTEXT,
     ) -> None:
         self.address = address
-        self._sock = socket.create_connection((address.host, address.port), timeout=timeout_s)
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = socket.create_connection((address.host, address.port), timeout=timeout_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if recv_buffer > 0:
-            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, recv_buffer)
-        self._conn = ClientConnection(client_id, max_frame_size=_MAX_RESPONSE)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, recv_buffer)
+        try:
+            if security.ssl_context is not None:
+                sock = security.ssl_context.wrap_socket(sock, server_hostname=address.host)
+            self._sock = sock
+            self._conn = ClientConnection(client_id, max_frame_size=_MAX_RESPONSE)
+            if security.uses_sasl:
+                self._authenticate(security)
+        except BaseException:
+            sock.close()
+            raise
+
+    def _authenticate(self, security: ClientSecurity) -> None:
+        """SaslHandshake, then SaslAuthenticate until the mechanism completes.
+
+        Raises:
+            SaslAuthenticationFailed: the broker refused the mechanism or the credentials.
+        """
+        from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+        from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+
+        sasl = security.new_sasl_client()
+        who = f"{self.address} as {security.username} with {sasl.mechanism_name}"
+        response = self.request(SaslHandshakeRequest(mechanism=sasl.mechanism_name))
+        if code := int(response.error_code):
+            enabled = ", ".join(str(m) for m in response.mechanisms) or "no mechanism"
+            raise SaslAuthenticationFailed(
+                f"{who}: {for_code(code).__name__} ({code}); the listener enables {enabled}"
+            )
+        token = sasl.initial_response()
+        while True:
+            response = self.request(SaslAuthenticateRequest(auth_bytes=token))
+            if code := int(response.error_code):
+                raise SaslAuthenticationFailed(
+                    f"authentication to {who} failed: {response.error_message or ''} ({code})"
+                )
+            try:
+                token = sasl.evaluate_challenge(bytes(response.auth_bytes))
+            except SaslAuthenticationFailed as e:
+                raise SaslAuthenticationFailed(f"authentication to {who} failed: {e}") from None
+            if sasl.is_complete:
+                return
 
     def close(self) -> None:
         self._sock.close()
@@ -205,8 +265,10 @@ class KafkaClient:
         client_id: str = "tierlog-spark",
         timeout_s: float = 30.0,
         recv_buffer: int = 1 << 20,
+        security: ClientSecurity = PLAINTEXT,
     ) -> None:
         self._bootstrap = parse_bootstrap(bootstrap_servers)
+        self._security = security
         self._client_id = client_id
         self._timeout_s = timeout_s
         self._recv_buffer = recv_buffer
@@ -236,6 +298,7 @@ class KafkaClient:
                 client_id=self._client_id,
                 timeout_s=self._timeout_s,
                 recv_buffer=self._recv_buffer,
+                security=self._security,
             )
             self._connections[key] = conn
         return conn

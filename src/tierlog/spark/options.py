@@ -27,6 +27,10 @@ source (read) option                        meaning
 ``kafkaConsumer.pollTimeoutMs``             timeout of one fetch (default 120 s)
 ``fetchOffset.numRetries`` /                retries of the driver's offset and metadata
 ``fetchOffset.retryIntervalMs``             requests (default 3, 1000 ms)
+``kafka.isolation.level``                   ``read_uncommitted`` (default, as Spark's Kafka
+                                            consumer) or ``read_committed``: only committed
+                                            transactions, up to the last stable offset;
+                                            control batches are never rows
 ``kafka.<consumer config>``                 see :data:`READ_KAFKA_KEYS`
 ``tierlog.remote.<rsm key>``                direct remote reads, see :data:`REMOTE_KEYS`
 ``tierlog.maxPartitionBytes``               pack consecutive ranges of a partition into one
@@ -55,6 +59,12 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from tierlog.errors import ConfigError
+from tierlog.security.client_security import (
+    CLIENT_SECURITY_KEYS,
+    ClientSecurity,
+    client_security,
+    librdkafka_config,
+)
 from tierlog.tiered.storage.pyarrow_remote_storage_manager import CONFIG_KEYS
 
 __all__ = [
@@ -90,7 +100,7 @@ READ_KAFKA_KEYS: Final = frozenset(
         "fetch.max.wait.ms",
         "receive.buffer.bytes",
         "check.crcs",
-        "security.protocol",
+        *CLIENT_SECURITY_KEYS,
         "group.id",
         "session.timeout.ms",
         "heartbeat.interval.ms",
@@ -232,7 +242,7 @@ class SourceOptions:
     max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
     max_offsets_per_trigger: int | None = None
     include_headers: bool = False
-    read_committed: bool = True
+    read_committed: bool = False
     client_id: str = "tierlog-spark"
     request_timeout_ms: int = 120_000
     max_partition_fetch_bytes: int = 8 << 20
@@ -243,6 +253,8 @@ class SourceOptions:
     fetch_offset_retry_interval_ms: int = 1000
     remote: Mapping[str, str] | None = None
     """``rsm.config.*``-style settings (prefix stripped) for direct remote reads, or None."""
+    security: Mapping[str, str] = field(default_factory=dict)
+    """``kafka.security.protocol``, ``kafka.sasl.*``, ``kafka.ssl.*`` (prefix stripped)."""
 
     def matches(self, topic: str, is_internal: bool) -> bool:
         """Whether a topic is subscribed (for subscribe / subscribePattern)."""
@@ -604,16 +616,14 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool | None) 
                     )
         _check_limits(starting, ending)
 
-    isolation = kafka.get("isolation.level", "read_committed").strip().lower()
+    # Spark's Kafka source leaves isolation.level to the Kafka consumer, whose default is
+    # read_uncommitted: so does this source (read_committed must be asked for).
+    isolation = kafka.get("isolation.level", "read_uncommitted").strip().lower()
     if isolation not in ("read_committed", "read_uncommitted"):
         raise ConfigError(
             "kafka.isolation.level", f"expected read_committed or read_uncommitted: {isolation!r}"
         )
-    protocol = kafka.get("security.protocol", "PLAINTEXT").strip().upper()
-    if protocol != "PLAINTEXT":
-        raise ConfigError(
-            "kafka.security.protocol", f"only PLAINTEXT is supported by tierlog, got {protocol}"
-        )
+    security = security_options(kafka)
 
     def kint(name: str, default: int) -> int:
         v = _int(opts, f"kafka.{name}", positive=True)
@@ -648,7 +658,34 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool | None) 
         fetch_offset_retry_interval_ms=_int(opts, "fetchoffset.retryintervalms", positive=True)
         or 1000,
         remote=_remote(opts),
+        security=security,
     )
+
+
+def security_options(kafka: Mapping[str, str]) -> dict[str, str]:
+    """The security keys among ``kafka.*`` options (prefix stripped), checked now on the
+    driver (a bad one fails the query naming its option); executors build the TLS context and
+    the SASL login from them (:func:`client_security_of`).
+
+    Raises:
+        ConfigError: as :func:`~tierlog.security.client_security.client_security`.
+    """
+    security = {k: v for k, v in kafka.items() if k in CLIENT_SECURITY_KEYS}
+    client_security(security, prefix="kafka.")
+    return security
+
+
+_SECURITY_CACHE: dict[tuple[tuple[str, str], ...], ClientSecurity] = {}
+
+
+def client_security_of(security: Mapping[str, str]) -> ClientSecurity:
+    """The :class:`ClientSecurity` of validated security options, built once per process
+    (a Python worker runs many tasks; the TLS context is shared by their connections)."""
+    key = tuple(sorted(security.items()))
+    got = _SECURITY_CACHE.get(key)
+    if got is None:
+        got = _SECURITY_CACHE[key] = client_security(security, prefix="kafka.")
+    return got
 
 
 def _max_partition_bytes(opts: Mapping[str, str]) -> int:
@@ -714,4 +751,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         if not topic:
             raise ConfigError("topic", "is empty")
     bootstrap = kafka.pop("bootstrap.servers").strip()
-    return SinkOptions(bootstrap_servers=bootstrap, topic=topic, producer_config=kafka)
+    # Spark's Kafka sink takes the Java client's names (sasl.jaas.config, ssl.truststore.*);
+    # the sink's producer is librdkafka's
+    producer_config = librdkafka_config(kafka, prefix="kafka.")
+    return SinkOptions(bootstrap_servers=bootstrap, topic=topic, producer_config=producer_config)

@@ -37,7 +37,14 @@ from tierlog.spark.fetch_client import (
     TopicInfo,
     is_retriable,
 )
-from tierlog.spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, TopicPartition
+from tierlog.spark.options import (
+    EARLIEST,
+    LATEST,
+    OffsetSpec,
+    SourceOptions,
+    TopicPartition,
+    client_security_of,
+)
 from tierlog.spark.remote import (
     RemoteSegmentLister,
     aborted_transactions_in,
@@ -304,6 +311,7 @@ class Planner:
             client_id=options.client_id,
             timeout_s=options.request_timeout_ms / 1000,
             recv_buffer=options.receive_buffer_bytes,
+            security=client_security_of(options.security),
         )
         self.isolation = READ_COMMITTED if options.read_committed else READ_UNCOMMITTED
         self.topics: dict[str, TopicInfo] = {}
@@ -535,19 +543,46 @@ class Planner:
     def aborted_transactions(
         self, layouts: Mapping[TopicPartition, PartitionLayout]
     ) -> dict[TopicPartition, list[tuple[int, int, int]]]:
-        """Aborted transactions of remote segments whose transaction index is not empty."""
+        """``(producer_id, first, last)`` of the aborted transactions that overlap the remote
+        segments, for their direct reads: those of the segments' transaction indexes (a
+        segment whose metadata says ``txn_idx_empty`` costs no request), and those that start
+        in remote storage but whose ABORT marker is in the local log -- only the broker knows
+        them: a read_committed Fetch of one batch at the first offset after the remote
+        segments returns every aborted transaction overlapping it (its ``last`` is unknown
+        and given as that offset, which is all a remote range needs to know)."""
         if not self.options.read_committed or not self.options.remote:
             return {}
         rsm = remote_storage(self.options.remote)
         out: dict[TopicPartition, list[tuple[int, int, int]]] = {}
         for tp, layout in layouts.items():
+            if not layout.remote_segments:
+                continue
+            txns = out.setdefault(tp, [])
             for seg in layout.remote_segments:
                 if seg.txn_idx_empty:
                     continue
                 data = rsm.fetch_indexes(seg, (IndexType.TRANSACTION,)).get(
                     IndexType.TRANSACTION, b""
                 )
-                out.setdefault(tp, []).extend(parse_transaction_index(data))
+                txns.extend(parse_transaction_index(data))
+            after = max(seg.end_offset for seg in layout.remote_segments) + 1
+            if after < layout.latest:
+                fetched = self._retry(
+                    "fetch aborted transactions",
+                    lambda tp=tp, after=after: self.client.fetch(  # type: ignore[misc]
+                        tp[0],
+                        tp[1],
+                        after,
+                        partition_max_bytes=1,
+                        max_wait_ms=0,
+                        isolation_level=READ_COMMITTED,
+                    ),
+                )
+                txns.extend(
+                    (pid, first, after)
+                    for pid, first in fetched.aborted_transactions
+                    if first < after
+                )
         return out
 
     def plan(

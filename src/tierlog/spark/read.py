@@ -41,7 +41,7 @@ from tierlog.spark.fetch_client import (
     KafkaClient,
     is_retriable,
 )
-from tierlog.spark.options import SourceOptions
+from tierlog.spark.options import SourceOptions, client_security_of
 from tierlog.spark.planning import OffsetRange, data_loss_message
 from tierlog.spark.remote import read_remote_range, remote_storage
 
@@ -100,6 +100,7 @@ def _read_from_broker(
         client_id=options.client_id,
         timeout_s=timeout_s,
         recv_buffer=options.receive_buffer_bytes,
+        security=client_security_of(options.security),
     ) as client:
         offset = decoder.start_offset
         end = decoder.end_offset

@@ -53,6 +53,7 @@ class TokenBucket:
             raise ValueError(f"quota burst must be positive, got {burst}")
         self._unlimited = rate >= UNLIMITED
         self._rate = float(rate)
+        self._burst_follows_rate = burst is None
         self._burst = float(burst if burst is not None else rate)
         self._clock = clock
         self._tokens = self._burst
@@ -62,6 +63,24 @@ class TokenBucket:
     @property
     def rate(self) -> float:
         return self._rate
+
+    def update_rate(self, rate: float) -> None:
+        """A new rate from now on (Kafka's ``RLMQuotaManager.updateQuota``: a dynamic broker
+        config changed); a default burst follows it, saved-up tokens are capped by it.
+
+        Raises:
+            ValueError: a rate that is not positive.
+        """
+        if rate <= 0:
+            raise ValueError(f"quota rate must be positive, got {rate}")
+        with self._cond:
+            self._refill()
+            self._unlimited = rate >= UNLIMITED
+            self._rate = float(rate)
+            if self._burst_follows_rate:
+                self._burst = float(rate)
+            self._tokens = min(self._tokens, self._burst)
+            self._cond.notify_all()
 
     @property
     def unlimited(self) -> bool:

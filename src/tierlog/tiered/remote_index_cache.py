@@ -50,12 +50,22 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from pathlib import Path
 
-from tierlog.errors import CorruptIndexError, RemoteResourceNotFoundError, RemoteStorageError
+from tierlog.errors import (
+    CorruptIndexError,
+    CorruptRemoteDataError,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+)
 from tierlog.log.offset_index import OffsetIndex, OffsetPosition
 from tierlog.log.time_index import TimeIndex
+from tierlog.log.transaction_index import (
+    AbortedTxn,
+    TxnIndexSearchResult,
+    collect_aborted_txns,
+    decode_aborted_txns,
+)
 from tierlog.tiered.remote_log_segment_metadata import (
     RemoteLogSegmentMetadata,
     kafka_uuid_from_str,
@@ -103,16 +113,6 @@ def _parse_prefix(prefix: str) -> tuple[int, uuid.UUID] | None:
         return int(start), kafka_uuid_from_str(sid)
     except ValueError:
         return None
-
-
-@dataclass(frozen=True, slots=True)
-class AbortedTxn:
-    """One entry of a transaction index (Kafka's ``AbortedTxn``)."""
-
-    producer_id: int
-    first_offset: int
-    last_offset: int
-    last_stable_offset: int
 
 
 def _check_txn_index(data: bytes, what: object) -> None:
@@ -216,15 +216,23 @@ class Entry:
 
     def aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping ``[start_offset, upper_bound_offset)``."""
+        return self.collect_aborted_txns(start_offset, upper_bound_offset).aborted_transactions
+
+    def collect_aborted_txns(
+        self, start_offset: int, upper_bound_offset: int
+    ) -> TxnIndexSearchResult:
+        """Kafka's ``TransactionIndex.collectAbortedTxns`` over the cached ``.txnindex``.
+
+        Raises:
+            CorruptIndexError: the cached file is corrupt (the caller fetches it again).
+        """
         try:
             data = self.txn_path.read_bytes()
         except FileNotFoundError:
-            return []
-        return [
-            AbortedTxn(pid, first, last, lso)
-            for _v, pid, first, last, lso in _ABORTED_TXN.iter_unpack(data)
-            if last >= start_offset and first < upper_bound_offset
-        ]
+            data = b""
+        return collect_aborted_txns(
+            decode_aborted_txns(data, str(self.txn_path)), start_offset, upper_bound_offset
+        )
 
     # ------------------------------------------------------------------ checks and files
 
@@ -491,8 +499,8 @@ class RemoteIndexCache:
                 flight.done.wait()
                 if flight.error is not None:
                     err = flight.error
-                    if isinstance(err, RemoteResourceNotFoundError):
-                        raise RemoteResourceNotFoundError(str(err)) from err
+                    if isinstance(err, (RemoteResourceNotFoundError, CorruptRemoteDataError)):
+                        raise type(err)(str(err)) from err
                     raise RemoteStorageError(str(err)) from err
                 continue  # the entry is in the map now (or already evicted: fetch again)
             return self._fill(metadata, key, flight)
@@ -587,7 +595,7 @@ class RemoteIndexCache:
         indexes = self._rsm.fetch_indexes(metadata, CACHED_INDEX_TYPES)  # ONE remote request
         for required in (IndexType.OFFSET, IndexType.TIMESTAMP):
             if required not in indexes:
-                raise RemoteStorageError(
+                raise CorruptRemoteDataError(
                     f"remote indexes of {metadata.remote_log_segment_id} lack the "
                     f"{required.name} index"
                 )
@@ -602,7 +610,7 @@ class RemoteIndexCache:
                     end_offset=metadata.end_offset,
                 )  # fmt: skip
             except CorruptIndexError as e:
-                raise RemoteStorageError(
+                raise CorruptRemoteDataError(
                     f"corrupt index in remote storage for {metadata.remote_log_segment_id}: {e}"
                 ) from e
             probe._close(delete_files=False)

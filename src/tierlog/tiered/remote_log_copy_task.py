@@ -186,6 +186,7 @@ class RLMCopyTask(RemoteLogManagerCore):
             raise RemoteStorageError(
                 f"segment {segment.base_offset} of {tp} has no leader epoch: cannot copy it"
             )
+        txn_idx_empty = segment.txn_index.is_empty()
         metadata = RemoteLogSegmentMetadata(
             remote_log_segment_id=segment_id,
             start_offset=segment.base_offset,
@@ -195,6 +196,8 @@ class RLMCopyTask(RemoteLogManagerCore):
             event_timestamp_ms=self._time_ms(),
             segment_size_in_bytes=segment.size,
             segment_leader_epochs=epochs,
+            # Kafka's isTxnIdxEmpty: readers skip the transaction index of such segments.
+            txn_idx_empty=txn_idx_empty,
         )
         m = st.metrics
         with st.lock:
@@ -210,12 +213,12 @@ class RLMCopyTask(RemoteLogManagerCore):
                 tmp_dir = tempfile.TemporaryDirectory(prefix="tierlog-rlm-")
                 snapshot = Path(tmp_dir.name) / lfu.producer_snapshot_file(Path(), next_base).name
                 snapshot.write_bytes(encode_snapshot([]))
-            txn = lfu.transaction_index_file(lg.dir, segment.base_offset)
+            txn = segment.txn_index.path
             data = LogSegmentData(
                 log_segment=segment.log.path,
                 offset_index=segment.offset_index.path,
                 time_index=segment.time_index.path,
-                transaction_index=txn if txn.exists() else None,
+                transaction_index=None if txn_idx_empty else txn,
                 producer_snapshot_index=snapshot,
                 leader_epoch_index=encode_leader_epoch_checkpoint(
                     lg.leader_epoch_cache.epoch_entries_in_range(-1, next_base)

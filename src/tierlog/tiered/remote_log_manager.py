@@ -61,6 +61,7 @@ from tierlog.tiered.remote_log_tasks import (
     build_filtered_leader_epoch_map,
     is_remote_segment_within_leader_epochs,
 )
+from tierlog.tiered.remote_segment_prefetcher import RemoteSegmentPrefetcher
 from tierlog.tiered.storage.remote_storage_manager import RemoteStorageManager
 
 if TYPE_CHECKING:
@@ -131,6 +132,11 @@ class RemoteLogManager(RLMCopyTask, RLMExpirationTask, RLMCompactor, RemoteLogRe
             config.remote_log_reader_threads,
             config.remote_log_reader_max_pending_tasks,
             self.metrics,
+        )
+        self.prefetcher = (
+            RemoteSegmentPrefetcher(rsm, max_bytes=config.remote_log_reader_prefetch_max_bytes)
+            if config.remote_log_reader_prefetch_max_bytes > 0
+            else None
         )
         self.copy_quota = TokenBucket(config.remote_log_manager_copy_max_bytes_per_second)
         self.fetch_quota = TokenBucket(config.remote_log_manager_fetch_max_bytes_per_second)
@@ -252,6 +258,8 @@ class RemoteLogManager(RLMCopyTask, RLMExpirationTask, RLMCompactor, RemoteLogRe
         if self._scheduler is not None:
             self._scheduler.close()
         self._reader.close(wait=False)
+        if self.prefetcher is not None:
+            self.prefetcher.close()
         self._copier_pool.shutdown(wait=True, cancel_futures=True)
         self._expiration_pool.shutdown(wait=True, cancel_futures=True)
         self.index_cache.close()

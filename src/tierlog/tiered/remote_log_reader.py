@@ -31,16 +31,20 @@ returned unchecked, as a local read returns it; clients discard it.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, TypeVar
 
 from tierlog.errors import (
+    CorruptIndexError,
     CorruptRecordError,
+    CorruptRemoteDataError,
     InvalidRecord,
     OffsetOutOfRange,
     RemoteStorageError,
@@ -49,6 +53,7 @@ from tierlog.errors import (
 )
 from tierlog.log.file_records import TimestampAndOffset
 from tierlog.log.log_segment import FetchDataInfo
+from tierlog.log.transaction_index import AbortedTxn
 from tierlog.records.default_records import read_records
 from tierlog.records.record_batch import (
     CRC_START,
@@ -68,6 +73,7 @@ from tierlog.tiered.remote_index_cache import RemoteIndexCache
 from tierlog.tiered.remote_log_metadata_manager import RemoteLogMetadataManager
 from tierlog.tiered.remote_log_segment_metadata import RemoteLogSegmentMetadata, TopicIdPartition
 from tierlog.tiered.remote_log_segment_state import RemoteLogSegmentState
+from tierlog.tiered.remote_segment_prefetcher import RemoteSegmentPrefetcher
 from tierlog.tiered.storage.remote_storage_manager import RemoteStorageManager
 
 if TYPE_CHECKING:
@@ -78,6 +84,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+#: FetchRequest.isolation_level of read_committed.
+READ_COMMITTED = 1
 
 _MIN_BATCH_LENGTH = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD
 
@@ -94,6 +103,8 @@ class RemoteStorageFetchInfo:
     fetch_offset: int
     max_bytes: int
     min_one_message: bool = True
+    #: 1 (read_committed): also collect the aborted transactions of the range read.
+    isolation_level: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +140,7 @@ def read_range(
 
 
 def _corrupt(metadata: RemoteLogSegmentMetadata, position: int, why: str) -> RemoteStorageError:
-    return RemoteStorageError(
+    return CorruptRemoteDataError(
         f"corrupt data in remote segment {metadata.remote_log_segment_id} "
         f"[{metadata.start_offset}, {metadata.end_offset}] at byte {position}: {why}"
     )
@@ -288,6 +299,7 @@ class RemoteLogReads:
     rsm: RemoteStorageManager
     rlmm: RemoteLogMetadataManager
     index_cache: RemoteIndexCache
+    prefetcher: RemoteSegmentPrefetcher | None
     metrics: RemoteStorageMetrics
     fetch_quota: TokenBucket
     _reader: RemoteLogReader
@@ -339,38 +351,102 @@ class RemoteLogReads:
                 f"offset {offset} of {tp} (leader epoch {epoch}) is not in remote storage"
             )
         while md is not None:
-            info = self._read_segment(md, fi)
+            try:
+                info, overflow = self._read_segment(md, fi)
+            except RemoteStorageError as e:
+                if e.segment is None:  # the object the broker's error log names
+                    e.segment = str(md.remote_log_segment_id)
+                raise
+            if overflow and self.prefetcher is not None:
+                # The read-ahead runs past this segment: start on the next one.
+                nxt = self._next_segment(tp, lg, md)
+                if nxt is not None:
+                    self.prefetcher.prefetch(nxt, overflow, partial(self._warm_indexes, nxt))
             if info is not None:
+                if fi.isolation_level == READ_COMMITTED:
+                    aborted = self.collect_aborted_transactions(
+                        tp, lg, md, fi.fetch_offset, md.end_offset + 1
+                    )
+                    info = dataclasses.replace(info, aborted_transactions=aborted)
                 return info
             md = self._next_segment(tp, lg, md)
-        return FetchDataInfo(offset, b"")
+        return FetchDataInfo(offset, b"", aborted_transactions=[])
+
+    def collect_aborted_transactions(
+        self,
+        tp: TopicIdPartition,
+        lg: Log,
+        md: RemoteLogSegmentMetadata,
+        start_offset: int,
+        upper_bound_offset: int,
+    ) -> list[AbortedTxn]:
+        """The aborted transactions overlapping ``[start_offset, upper_bound_offset)``
+        (Kafka's ``RemoteLogManager.collectAbortedTransactions``): from the transaction index
+        of ``md`` and of the later remote segments (those whose metadata says
+        ``txn_idx_empty`` are skipped without a request), then the local log's, until a
+        search is complete. A transaction whose marker is in a later segment, remote or
+        local, is found there.
+
+        Raises:
+            RemoteStorageError: an index could not be fetched.
+        """
+        found: list[AbortedTxn] = []
+        nxt: RemoteLogSegmentMetadata | None = md
+        while nxt is not None:
+            if not nxt.txn_idx_empty:
+                with self.index_cache.get_index_entry(nxt) as entry:
+                    try:
+                        result = entry.collect_aborted_txns(start_offset, upper_bound_offset)
+                    except CorruptIndexError as e:
+                        raise RemoteStorageError(str(e)) from e
+                found.extend(result.aborted_transactions)
+                if result.is_complete:
+                    return found
+            nxt = self._next_segment(tp, lg, nxt)
+        found.extend(lg.collect_aborted_transactions(start_offset, upper_bound_offset))
+        return found
 
     def _read_segment(
         self, md: RemoteLogSegmentMetadata, fi: RemoteStorageFetchInfo
-    ) -> FetchDataInfo | None:
+    ) -> tuple[FetchDataInfo | None, int]:
+        """The read of ``fi`` in ``md`` (None: no batch reaches the offset), and how many
+        blocks the prefetcher wants read from the next segment."""
         size = md.segment_size_in_bytes
+        prefetcher = self.prefetcher
         for attempt in (1, 2):
             with self.index_cache.get_index_entry(md) as entry:
                 floor, nxt, after = entry.position_bounds(fi.fetch_offset)
             start, end = read_range(floor, nxt, after, size, max(fi.max_bytes, 0))
-            data = self.rsm.fetch_log_segment(md, start, end - 1) if end > start else b""
+            overflow = 0
+            if end <= start:
+                data = b""
+            elif prefetcher is not None:
+                data, overflow = prefetcher.fetch(md, start, end)
+            else:
+                data = self.rsm.fetch_log_segment(md, start, end - 1)
             try:
                 info = slice_batches(
                     data, start, fi.fetch_offset, fi.max_bytes, fi.min_one_message, md
                 )
                 if info is None and end < size:
-                    raise RemoteStorageError(
+                    raise CorruptRemoteDataError(
                         f"offset {fi.fetch_offset} not found in bytes [{start}, {end}) of "
                         f"{md.remote_log_segment_id}: inconsistent offset index"
                     )
-                return info
+                return info, overflow
             except RemoteStorageError:
+                if prefetcher is not None:
+                    prefetcher.forget(md.remote_log_segment_id)
                 if attempt == 2:
                     raise
                 # Maybe a bad cached index (positions that do not match the data): drop it and
                 # try once more with indexes fetched afresh.
                 self.index_cache.remove(md.remote_log_segment_id.id)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _warm_indexes(self, md: RemoteLogSegmentMetadata) -> None:
+        with self.index_cache.get_index_entry(md):
+            pass
 
     def _next_segment(
         self, tp: TopicIdPartition, lg: Log, md: RemoteLogSegmentMetadata
@@ -493,7 +569,7 @@ class RemoteLogReads:
                 if header.max_timestamp < timestamp or header.last_offset < start_offset:
                     continue
                 if header.magic != CURRENT_MAGIC or compute_crc(data, header) != header.crc:
-                    raise RemoteStorageError(
+                    raise CorruptRemoteDataError(
                         f"corrupt batch at byte {position + header.position} of remote segment "
                         f"{md.remote_log_segment_id}"
                     )

@@ -57,6 +57,9 @@ class RemoteLogManagerConfig:
     remote_log_manager_task_interval_ms: int = 30_000
     remote_log_reader_threads: int = 10
     remote_log_reader_max_pending_tasks: int = 100
+    #: tierlog: blocks of remote data read ahead in parallel (remote_segment_prefetcher); 0
+    #: (here): one ranged read per read; the broker's default turns it on.
+    remote_log_reader_prefetch_max_bytes: int = 0
     remote_log_manager_copier_thread_pool_size: int = 10
     remote_log_manager_expiration_thread_pool_size: int = 10
     remote_fetch_max_wait_ms: int = 500
@@ -346,6 +349,9 @@ class RemoteLogManagerCore:
                 self._update_state(metadata, _S.DELETE_SEGMENT_FINISHED)
             except (RemoteResourceNotFoundError, InvalidRemoteStateTransitionError):
                 pass
+            log.info("deleted remote segment %d-%d of %s (%s, %d bytes) from remote storage",
+                     metadata.start_offset, metadata.end_offset, tp,
+                     metadata.remote_log_segment_id, metadata.segment_size_in_bytes)  # fmt: skip
         except Exception as e:
             m.delete_errors.inc()
             if isinstance(e, RemoteStorageError):

@@ -10,93 +10,45 @@ Kafka protocol to a running broker through confluent-kafka (librdkafka) — no c
     tierlog topics alter orders --partitions 6
     tierlog topics delete orders
     printf 'k1:hello\\nworld\\n' | tierlog produce orders --key-separator :
-    tierlog consume orders --from-beginning --max-messages 10
-    tierlog consume orders --group g1
-    tierlog groups list
-    tierlog groups describe g1
+    tierlog consume orders --from-beginning --max-messages 10   (tools/consume_cli.py)
+    tierlog groups describe g1                                 (tools/groups_cli.py)
 
 Every command takes ``--bootstrap-server`` (default ``127.0.0.1:9092``, the embedded
-listener) and ``--command-config KEY=VALUE`` for extra librdkafka settings. Exit code 0 on
-success, 1 on a Kafka error, 2 on bad arguments.
+listener), ``--command-config KEY=VALUE`` (or a properties file, as Kafka's tools) for extra
+client settings — librdkafka's, or the Java client's security keys as Spark's Kafka source
+takes them (``security.protocol``, ``sasl.mechanism``, ``sasl.jaas.config``,
+``ssl.truststore.*``) — and ``--verbose``; exit codes and librdkafka's logs are in
+:mod:`tierlog.tools.client_common`.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import time
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, TextIO, TypeAlias
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, TextIO
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
-TIMEOUT_S = 30.0
+from tierlog.tools.client_common import (
+    add_common,
+    admin_client,
+    client_conf,
+    guard,
+    pairs,
+    timeout_s,
+)
 
 if TYPE_CHECKING:
-    SubParsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
+    from tierlog.tools.client_common import SubParsers
 
 
 def add_subcommands(sub: SubParsers) -> None:
     """Register ``topics``, ``produce``, ``consume`` and ``groups`` on the main parser."""
+    from tierlog.tools import consume_cli, groups_cli
+
     _add_topics(sub)
     _add_produce(sub)
-    _add_consume(sub)
-    _add_groups(sub)
-
-
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--bootstrap-server",
-        "-b",
-        default=DEFAULT_BOOTSTRAP,
-        metavar="HOST:PORT",
-        help=f"the broker to talk to (default {DEFAULT_BOOTSTRAP})",
-    )
-    p.add_argument(
-        "--command-config",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="an extra librdkafka setting (repeatable)",
-    )
-
-
-def _client_conf(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
-    conf: dict[str, Any] = {"bootstrap.servers": args.bootstrap_server}
-    conf.update(extra)
-    for item in args.command_config:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"--command-config expects KEY=VALUE, got {item!r}")
-        conf[key.strip()] = value
-    return conf
-
-
-def _pairs(items: Iterable[str], what: str) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"{what} expects KEY=VALUE, got {item!r}")
-        out[key.strip()] = value
-    return out
-
-
-def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Turn Kafka errors into one line on stderr and exit code 1."""
-
-    def run(args: argparse.Namespace) -> int:
-        from confluent_kafka import KafkaException
-
-        try:
-            return fn(args)
-        except KafkaException as e:
-            err = e.args[0] if e.args else e
-            print(f"tierlog {args.command}: {err}", file=sys.stderr)
-            return 1
-        except KeyboardInterrupt:
-            return 130
-
-    return run
+    consume_cli.add_subcommand(sub)
+    groups_cli.add_subcommand(sub)
 
 
 # --------------------------------------------------------------------------- topics
@@ -107,44 +59,75 @@ def _add_topics(sub: SubParsers) -> None:
     tsub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
 
     c = tsub.add_parser("create", help="create a topic")
-    _common(c)
-    c.add_argument("topic")
-    c.add_argument("--partitions", "-p", type=int, default=-1, help="default: num.partitions")
-    c.add_argument("--replication-factor", type=int, default=-1)
-    c.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
-    c.add_argument("--if-not-exists", action="store_true")
-    c.add_argument("--validate-only", action="store_true")
-    c.set_defaults(run=_guard(_topics_create))
+    add_common(c)
+    c.add_argument("topic", help="the topic to create")
+    c.add_argument(
+        "--partitions",
+        "-p",
+        type=int,
+        default=-1,
+        help="partition count (default: the broker's num.partitions)",
+    )
+    c.add_argument(
+        "--replication-factor",
+        type=int,
+        default=-1,
+        help="replicas per partition (default: the broker's default.replication.factor)",
+    )
+    c.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a topic config, e.g. retention.ms=3600000 (repeatable)",
+    )
+    c.add_argument(
+        "--if-not-exists", action="store_true", help="succeed when the topic exists already"
+    )
+    c.add_argument("--validate-only", action="store_true", help="check the request, create nothing")
+    c.set_defaults(run=guard(_topics_create))
 
     ls = tsub.add_parser("list", help="list topics")
-    _common(ls)
-    ls.add_argument("--exclude-internal", action="store_true")
-    ls.set_defaults(run=_guard(_topics_list))
+    add_common(ls)
+    ls.add_argument(
+        "--exclude-internal",
+        action="store_true",
+        help="leave out internal topics (__consumer_offsets, __remote_log_metadata)",
+    )
+    ls.set_defaults(run=guard(_topics_list))
 
     d = tsub.add_parser("describe", help="partitions and non-default configs of topics")
-    _common(d)
-    d.add_argument("topics", nargs="*", help="default: every topic")
-    d.add_argument("--all-configs", action="store_true", help="defaults too")
-    d.set_defaults(run=_guard(_topics_describe))
+    add_common(d)
+    d.add_argument("topics", nargs="*", metavar="TOPIC", help="default: every topic")
+    d.add_argument(
+        "--all-configs", action="store_true", help="show default configs too, not only overrides"
+    )
+    d.set_defaults(run=guard(_topics_describe))
 
     a = tsub.add_parser("alter", help="change configs or grow the partition count")
-    _common(a)
-    a.add_argument("topic")
-    a.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
-    a.add_argument("--delete-config", action="append", default=[], metavar="KEY")
+    add_common(a)
+    a.add_argument("topic", help="the topic to alter")
+    a.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a topic config (repeatable)",
+    )
+    a.add_argument(
+        "--delete-config",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="remove a topic config override, back to the default (repeatable)",
+    )
     a.add_argument("--partitions", type=int, help="new total partition count")
-    a.set_defaults(run=_guard(_topics_alter))
+    a.set_defaults(run=guard(_topics_alter))
 
     rm = tsub.add_parser("delete", help="delete topics")
-    _common(rm)
-    rm.add_argument("topics", nargs="+")
-    rm.set_defaults(run=_guard(_topics_delete))
-
-
-def _admin(args: argparse.Namespace) -> Any:
-    from confluent_kafka.admin import AdminClient
-
-    return AdminClient(_client_conf(args))
+    add_common(rm)
+    rm.add_argument("topics", nargs="+", metavar="TOPIC", help="the topics to delete")
+    rm.set_defaults(run=guard(_topics_delete))
 
 
 def _wait_all(futures: dict[Any, Any]) -> int:
@@ -154,7 +137,7 @@ def _wait_all(futures: dict[Any, Any]) -> int:
     failed = 0
     for key, f in futures.items():
         try:
-            f.result(TIMEOUT_S)
+            f.result(timeout_s())
         except KafkaException as e:
             err = e.args[0] if e.args else e
             print(f"{getattr(key, 'name', key)}: {err}", file=sys.stderr)
@@ -170,14 +153,14 @@ def _topics_create(args: argparse.Namespace) -> int:
         args.topic,
         args.partitions,
         args.replication_factor,
-        config=_pairs(args.config, "--config"),
+        config=pairs(args.config, "--config"),
     )
-    admin = _admin(args)  # keep a reference: futures fail once the client is collected
+    admin = admin_client(args)  # keep a reference: futures fail once the client is collected
     futures = admin.create_topics(
-        [topic], validate_only=args.validate_only, operation_timeout=TIMEOUT_S
+        [topic], validate_only=args.validate_only, operation_timeout=timeout_s()
     )
     try:
-        futures[args.topic].result(TIMEOUT_S)
+        futures[args.topic].result(timeout_s())
     except KafkaException as e:
         err = e.args[0]
         if args.if_not_exists and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
@@ -190,8 +173,8 @@ def _topics_create(args: argparse.Namespace) -> int:
 
 
 def _topics_list(args: argparse.Namespace) -> int:
-    admin = _admin(args)
-    md = admin.list_topics(timeout=TIMEOUT_S)
+    admin = admin_client(args)
+    md = admin.list_topics(timeout=timeout_s())
     for name in sorted(md.topics):
         if args.exclude_internal and name.startswith("__"):
             continue
@@ -202,8 +185,8 @@ def _topics_list(args: argparse.Namespace) -> int:
 def _topics_describe(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     from confluent_kafka.admin._config import ConfigResource
 
-    admin = _admin(args)
-    md = admin.list_topics(timeout=TIMEOUT_S)
+    admin = admin_client(args)
+    md = admin.list_topics(timeout=timeout_s())
     names = args.topics or sorted(t for t in md.topics if not t.startswith("__"))
     missing = [n for n in names if n not in md.topics]
     for n in missing:
@@ -218,7 +201,7 @@ def _topics_describe(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             f"Topic: {res.name}\tPartitionCount: {len(t.partitions)}\tReplicationFactor: {rf}",
             file=out,
         )
-        entries = configs[res].result(TIMEOUT_S)
+        entries = configs[res].result(timeout_s())
         shown = [
             f"{k}={v.value}"
             for k, v in sorted(entries.items())
@@ -239,9 +222,9 @@ def _topics_alter(args: argparse.Namespace) -> int:
     from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
     from confluent_kafka.cimpl import NewPartitions
 
-    admin = _admin(args)
+    admin = admin_client(args)
     failed = 0
-    sets = _pairs(args.config, "--config")
+    sets = pairs(args.config, "--config")
     if sets or args.delete_config:
         entries = [
             ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in sets.items()
@@ -262,8 +245,8 @@ def _topics_alter(args: argparse.Namespace) -> int:
 
 
 def _topics_delete(args: argparse.Namespace) -> int:
-    admin = _admin(args)
-    failed = _wait_all(admin.delete_topics(args.topics, operation_timeout=TIMEOUT_S))
+    admin = admin_client(args)
+    failed = _wait_all(admin.delete_topics(args.topics, operation_timeout=timeout_s()))
     if not failed:
         for t in args.topics:
             print(f"topic {t} deleted")
@@ -275,25 +258,38 @@ def _topics_delete(args: argparse.Namespace) -> int:
 
 def _add_produce(sub: SubParsers) -> None:
     p = sub.add_parser("produce", help="produce the lines of stdin as records")
-    _common(p)
-    p.add_argument("topic")
+    add_common(p)
+    p.add_argument("topic", help="the topic to write to")
     p.add_argument(
         "--key-separator",
         metavar="SEP",
         help="split each line into key SEP value (lines without SEP have no key)",
     )
-    p.add_argument("--partition", type=int, default=-1)
-    p.add_argument("--acks", default="all", choices=["0", "1", "all", "-1"])
     p.add_argument(
-        "--compression", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"]
+        "--partition",
+        type=int,
+        default=-1,
+        help="write every record to this partition (default: by key, else spread)",
     )
-    p.set_defaults(run=_guard(_produce))
+    p.add_argument(
+        "--acks",
+        default="all",
+        choices=["0", "1", "all", "-1"],
+        help="acknowledgements the broker waits for (default: all)",
+    )
+    p.add_argument(
+        "--compression",
+        default="none",
+        choices=["none", "gzip", "snappy", "lz4", "zstd"],
+        help="batch compression (default: none)",
+    )
+    p.set_defaults(run=guard(_produce))
 
 
 def _produce(args: argparse.Namespace, lines: Iterable[str] | None = None) -> int:
     from confluent_kafka import Producer
 
-    conf = _client_conf(
+    conf = client_conf(
         args,
         **{"acks": args.acks, "compression.type": args.compression, "linger.ms": 5},
     )
@@ -307,7 +303,11 @@ def _produce(args: argparse.Namespace, lines: Iterable[str] | None = None) -> in
         if err is not None:
             errors.append(str(err))
 
-    for line in lines if lines is not None else sys.stdin:
+    from tierlog.tools.progress import progress
+
+    source = lines if lines is not None else sys.stdin
+    # A bulk produce (a file piped in) shows its records going out on a terminal's stderr.
+    for line in progress(source, total=None, desc=f"producing to {args.topic}", unit="records"):
         line = line.rstrip("\n")
         key: bytes | None = None
         value = line
@@ -328,7 +328,7 @@ def _produce(args: argparse.Namespace, lines: Iterable[str] | None = None) -> in
                 producer.poll(0.05)
         producer.poll(0)
         count += 1
-    remaining = producer.flush(TIMEOUT_S)
+    remaining = producer.flush(timeout_s())
     if remaining or errors:
         print(
             f"tierlog produce: {remaining} undelivered, {len(errors)} failed"
@@ -338,152 +338,3 @@ def _produce(args: argparse.Namespace, lines: Iterable[str] | None = None) -> in
         return 1
     print(f"{count} records produced to {args.topic}", file=sys.stderr)
     return 0
-
-
-# --------------------------------------------------------------------------- consume
-
-
-def _add_consume(sub: SubParsers) -> None:
-    p = sub.add_parser("consume", help="print records of a topic, one per line")
-    _common(p)
-    p.add_argument("topic")
-    p.add_argument("--from-beginning", action="store_true", help="start at the earliest offset")
-    p.add_argument("--group", "-g", help="consume as a member of this group (commits offsets)")
-    p.add_argument("--partition", type=int, help="read only this partition (no group)")
-    p.add_argument("--max-messages", type=int, help="stop after this many records")
-    p.add_argument(
-        "--timeout-ms", type=int, help="stop when no record arrived for this long (default: never)"
-    )
-    p.add_argument("--print-key", action="store_true")
-    p.add_argument("--print-offset", action="store_true", help="prefix partition:offset")
-    p.add_argument("--key-separator", default="\t")
-    p.set_defaults(run=_guard(_consume))
-
-
-def _consume(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
-    from confluent_kafka import (
-        OFFSET_BEGINNING,
-        OFFSET_END,
-        Consumer,
-        KafkaException,
-        TopicPartition,
-    )
-
-    reset = "earliest" if args.from_beginning else "latest"
-    conf = _client_conf(
-        args,
-        **{
-            "group.id": args.group or f"tierlog-console-{int(time.time() * 1000)}",
-            "auto.offset.reset": reset,
-            "enable.auto.commit": bool(args.group),
-            "enable.partition.eof": False,
-        },
-    )
-    consumer = Consumer(conf)
-    try:
-        if args.group:
-            consumer.subscribe([args.topic])
-        else:
-            md = consumer.list_topics(args.topic, timeout=TIMEOUT_S).topics.get(args.topic)
-            if md is None or md.error is not None:
-                print(f"tierlog consume: unknown topic {args.topic}", file=sys.stderr)
-                return 1
-            start = OFFSET_BEGINNING if args.from_beginning else OFFSET_END
-            parts = [args.partition] if args.partition is not None else sorted(md.partitions)
-            consumer.assign([TopicPartition(args.topic, p, start) for p in parts])
-        seen = 0
-        last = time.monotonic()
-        while args.max_messages is None or seen < args.max_messages:
-            msg = consumer.poll(0.2)
-            if msg is None:
-                if args.timeout_ms is not None and (time.monotonic() - last) * 1000 >= (
-                    args.timeout_ms
-                ):
-                    break
-                continue
-            if msg.error():
-                raise KafkaException(msg.error())
-            last = time.monotonic()
-            seen += 1
-            parts_out = []
-            if args.print_offset:
-                parts_out.append(f"{msg.partition()}:{msg.offset()}")
-            if args.print_key:
-                key = msg.key()
-                parts_out.append("null" if key is None else key.decode(errors="replace"))
-            value = msg.value()
-            parts_out.append("null" if value is None else value.decode(errors="replace"))
-            print(args.key_separator.join(parts_out), file=out, flush=True)
-        return 0
-    finally:
-        consumer.close()
-
-
-# --------------------------------------------------------------------------- groups
-
-
-def _add_groups(sub: SubParsers) -> None:
-    p = sub.add_parser("groups", help="list and describe consumer groups")
-    gsub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
-    ls = gsub.add_parser("list", help="list groups and their states")
-    _common(ls)
-    ls.set_defaults(run=_guard(_groups_list))
-    d = gsub.add_parser("describe", help="members, assignments, committed offsets and lag")
-    _common(d)
-    d.add_argument("groups", nargs="+")
-    d.set_defaults(run=_guard(_groups_describe))
-
-
-def _groups_list(args: argparse.Namespace) -> int:
-    admin = _admin(args)
-    result = admin.list_consumer_groups(request_timeout=TIMEOUT_S).result(TIMEOUT_S)
-    for g in sorted(result.valid, key=lambda g: g.group_id):
-        print(f"{g.group_id}\t{getattr(g.state, 'name', g.state)}")
-    for e in result.errors:
-        print(f"error: {e}", file=sys.stderr)
-    return 1 if result.errors else 0
-
-
-def _groups_describe(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
-    from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
-
-    admin = _admin(args)
-    described = admin.describe_consumer_groups(args.groups, request_timeout=TIMEOUT_S)
-    failed = 0
-    probe = Consumer(_client_conf(args, **{"group.id": "tierlog-groups-describe"}))
-    try:
-        for group in args.groups:
-            try:
-                d = described[group].result(TIMEOUT_S)
-            except Exception as e:
-                print(f"{group}: {e}", file=sys.stderr)
-                failed = 1
-                continue
-            state = getattr(d.state, "name", d.state)
-            print(f"Group: {group}\tState: {state}\tMembers: {len(d.members)}", file=out)
-            for m in d.members:
-                assigned = ",".join(
-                    f"{tp.topic}-{tp.partition}"
-                    for tp in (m.assignment.topic_partitions if m.assignment else [])
-                )
-                print(
-                    f"\tMember: {m.member_id}\tClient: {m.client_id}\tHost: {m.host}\t"
-                    f"Assigned: {assigned or '-'}",
-                    file=out,
-                )
-            offsets = admin.list_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(group)], request_timeout=TIMEOUT_S
-            )[group].result(TIMEOUT_S)
-            for tp in sorted(offsets.topic_partitions, key=lambda t: (t.topic, t.partition)):
-                _, high = probe.get_watermark_offsets(
-                    TopicPartition(tp.topic, tp.partition), timeout=TIMEOUT_S
-                )
-                lag = high - tp.offset if tp.offset >= 0 else "-"
-                print(
-                    f"\tTopic: {tp.topic}\tPartition: {tp.partition}\tCommitted: {tp.offset}\t"
-                    f"End: {high}\tLag: {lag}",
-                    file=out,
-                )
-    finally:
-        probe.close()
-    return failed

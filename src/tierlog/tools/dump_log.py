@@ -66,6 +66,8 @@ from tierlog.records.record_batch import (
     iter_headers,
     read_header,
 )
+from tierlog.tiered.storage.segment_objects import INDEXES_SUFFIX
+from tierlog.tools.progress import bar
 
 __all__ = ["DumpOptions", "dump_files"]
 
@@ -169,6 +171,8 @@ class _Dumper:
             TXN_INDEX_FILE_SUFFIX: self.dump_txn_index,
         }
         handler = handlers.get(suffix)
+        if suffix == INDEXES_SUFFIX:
+            handler = self.dump_remote_indexes
         if name == LEADER_EPOCH_CHECKPOINT_FILENAME:
             handler = self.dump_leader_epoch_checkpoint
         elif name == PARTITION_METADATA_FILENAME:
@@ -183,8 +187,8 @@ class _Dumper:
             self.problem(
                 path,
                 "unknown file type; expected a .log, .index, .timeindex, .snapshot or "
-                ".txnindex file, a leader-epoch-checkpoint, partition.metadata or an "
-                "offset checkpoint",
+                ".txnindex file, a remote segment's .indexes object, a "
+                "leader-epoch-checkpoint, partition.metadata or an offset checkpoint",
             )
             return
         self.print(f"Dumping {path}")
@@ -203,6 +207,51 @@ class _Dumper:
         except Exception as e:  # a debugging tool reports, it never dumps a traceback
             self.problem(path, f"unexpected error: {type(e).__name__}: {e}")
 
+    # ----------------------------------------------------------------- remote .indexes
+
+    def dump_remote_indexes(self, path: Path) -> None:
+        """A remote segment's ``.indexes`` object (tiered/storage/segment_objects.py): its
+        table of contents checked, then each section dumped as the local file it was."""
+        import tempfile
+
+        from tierlog.tiered.storage.remote_storage_manager import IndexType
+        from tierlog.tiered.storage.segment_objects import IndexesObject
+
+        base = _offset_from_name(Path(path.name.split("-", 1)[0] + ".indexes"))
+        if base is None:
+            raise ValueError(
+                f"{path.name} is not named <20-digit start offset>-<segment id>.indexes"
+            )
+        obj = IndexesObject.decode(path.read_bytes())  # every CRC checked
+        self.print(f"Remote indexes of the segment starting at offset {base}: "
+                   f"{', '.join(t.name for t in sorted(obj.indexes))}"
+                   + (f"; zstd-chunked data object, {len(obj.chunk_index.positions) - 1} "
+                      f"chunks, {obj.chunk_index.original_size} bytes uncompressed"
+                      if obj.chunk_index is not None else ""))  # fmt: skip
+        names = {
+            IndexType.OFFSET: (f"{base:020d}{INDEX_FILE_SUFFIX}", self.dump_offset_index),
+            IndexType.TIMESTAMP: (f"{base:020d}{TIME_INDEX_FILE_SUFFIX}", self.dump_time_index),
+            IndexType.PRODUCER_SNAPSHOT: (
+                f"{base:020d}{PRODUCER_SNAPSHOT_FILE_SUFFIX}",
+                self.dump_producer_snapshot,
+            ),
+            IndexType.TRANSACTION: (f"{base:020d}{TXN_INDEX_FILE_SUFFIX}", self.dump_txn_index),
+            IndexType.LEADER_EPOCH: (
+                LEADER_EPOCH_CHECKPOINT_FILENAME,
+                self.dump_leader_epoch_checkpoint,
+            ),
+        }
+        with tempfile.TemporaryDirectory(prefix="tierlog-dump-") as tmp:
+            for kind in sorted(obj.indexes):
+                name, dump = names[kind]
+                section = Path(tmp) / name
+                section.write_bytes(obj.indexes[kind])
+                self.print(f"Section {kind.name} ({len(obj.indexes[kind])} bytes):")
+                if not obj.indexes[kind]:
+                    self.print("(empty)")
+                    continue
+                dump(section)
+
     # ----------------------------------------------------------------- .log
 
     def dump_log(self, path: Path) -> None:
@@ -210,12 +259,14 @@ class _Dumper:
         if base is not None:
             self.print(f"Log starting offset: {base}")
         deep = self.opts.deep_iteration or self.opts.print_data
-        with _mapped(path) as buf:
+        with _mapped(path) as buf, bar(total=min(len(buf), self.opts.max_bytes),
+                                       desc=path.name) as progress:  # fmt: skip
             end = min(len(buf), self.opts.max_bytes)
             pos = 0
             last_offset = -1
             gaps: list[tuple[int, int]] = []
             while pos < end:
+                progress.update(pos - progress.n)  # a no-op unless stderr is a terminal
                 trouble = _check_batch_at(buf, pos, end)
                 if trouble is not None:
                     if end == len(buf):  # not cut by --max-bytes

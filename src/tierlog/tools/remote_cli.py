@@ -64,23 +64,34 @@ def add_subcommands(sub: SubParsers) -> None:
     p = sub.add_parser(
         "remote",
         help="inspect and check a topic's remote (tiered) storage",
-        description="Read the broker's log dirs and remote storage (no broker connection).",
+        description="Read the broker's log dirs and remote storage (no broker connection), "
+        "or with --bootstrap-server the remote log metadata of a running broker or cluster.",
     )
     rsub = p.add_subparsers(dest="remote_command", required=True, metavar="COMMAND")
     ls = rsub.add_parser("ls", help="list a topic's remote segments")
-    ls.add_argument("target", metavar="TOPIC[-PARTITION]")
+    ls.add_argument("target", metavar="TOPIC[-PARTITION]", help="a topic, or one partition of it")
     ls.add_argument("--all", action="store_true", help="include deleted segments")
     ls.add_argument("--json", action="store_true", help="one JSON document instead of a table")
     _common(ls)
     ls.set_defaults(run=_run_ls)
     verify = rsub.add_parser("verify", help="check that a topic's remote objects are intact")
-    verify.add_argument("target", metavar="TOPIC[-PARTITION]")
+    verify.add_argument(
+        "target", metavar="TOPIC[-PARTITION]", help="a topic, or one partition of it"
+    )
     _common(verify)
     verify.set_defaults(run=_run_verify)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", "-c", type=Path, metavar="FILE", help="the broker's properties")
+    p.add_argument(
+        "--bootstrap-server",
+        "-b",
+        metavar="HOST:PORT[,...]",
+        help="read the topic and __remote_log_metadata over the Kafka protocol from a running "
+        "broker or cluster instead of the log dirs (the remote store still comes from "
+        "--config/--override rsm.config.*)",
+    )
     p.add_argument(
         "--override",
         action="append",
@@ -169,10 +180,50 @@ def _metadata_values(log_dirs: Iterable[Path]) -> Iterator[bytes]:
                     next_offset = max(next_offset, header.last_offset + 1)
 
 
+def _wire_metadata(
+    bootstrap: str, topic: str
+) -> tuple[dict[str, tuple[uuid.UUID, int]], list[bytes]]:
+    """``({topic: (topic id, partitions)}, every __remote_log_metadata event value)`` read
+    from a running broker or cluster: Metadata, then Fetch of each metadata partition from
+    its log start to its high watermark (committed events only), through its leader."""
+    from tierlog.records.default_records import iter_records
+    from tierlog.spark.fetch_client import EARLIEST_TIMESTAMP, READ_UNCOMMITTED, KafkaClient
+    from tierlog.tiered.remote_log_metadata_manager import REMOTE_LOG_METADATA_TOPIC_NAME
+
+    name = REMOTE_LOG_METADATA_TOPIC_NAME
+    values: list[bytes] = []
+    with KafkaClient(bootstrap, client_id="tierlog-remote-cli") as client:
+        topics = client.metadata([topic, name])
+        registry = {
+            t.name: (t.topic_id, len(t.partitions))
+            for t in topics.values()
+            if t.name == topic and t.topic_id is not None
+        }
+        meta = topics.get(name)
+        for part in meta.partitions if meta is not None else ():
+            tp = (name, part.partition)
+            pos = client.list_offsets({tp: EARLIEST_TIMESTAMP}, isolation_level=READ_UNCOMMITTED)[
+                tp
+            ][0]
+            while True:
+                fetched = client.fetch(
+                    name, part.partition, pos, max_wait_ms=0, isolation_level=READ_UNCOMMITTED
+                )
+                nxt = pos
+                for header, records in iter_records(fetched.records):
+                    nxt = max(nxt, header.last_offset + 1)
+                    values += [bytes(r.value) for r in records if r.offset >= pos and r.value]
+                if nxt == pos or nxt >= fetched.high_watermark:
+                    break
+                pos = nxt
+    return registry, values
+
+
 def load_histories(
-    log_dirs: Iterable[Path], topic: str
+    log_dirs: Iterable[Path], topic: str, values: Iterable[bytes] | None = None
 ) -> dict[TopicIdPartition, PartitionHistory]:
-    """Replay the metadata events of ``topic`` (every topic id it ever had)."""
+    """Replay the metadata events of ``topic`` (every topic id it ever had), from the log
+    dirs' ``__remote_log_metadata`` or from ``values``."""
     from tierlog.errors import CorruptMetadataError
     from tierlog.tiered import metadata_serde
     from tierlog.tiered.remote_log_segment_metadata import (
@@ -182,7 +233,7 @@ def load_histories(
     )
 
     out: dict[TopicIdPartition, PartitionHistory] = {}
-    for value in _metadata_values(list(log_dirs)):
+    for value in _metadata_values(list(log_dirs)) if values is None else values:
         try:
             tp = metadata_serde.peek_topic_id_partition(value)
             if tp is None or tp.topic != topic:
@@ -210,8 +261,10 @@ class _Context:
     current_id: uuid.UUID | None
 
 
-def _context(args: argparse.Namespace, err: TextIO) -> _Context | int:
-    """Config, remote storage and the selected partitions' histories, or an exit code."""
+def _context(args: argparse.Namespace, err: TextIO, *, reads_store: bool) -> _Context | int:
+    """Config, remote storage and the selected partitions' histories, or an exit code.
+    ``reads_store``: a missing local store is an error when there are segments to check
+    (verify), else a note (ls, or nothing tiered yet)."""
     from tierlog.errors import ConfigError
     from tierlog.server.tiered_storage import default_rsm_config
     from tierlog.tiered.storage.pyarrow_remote_storage_manager import (
@@ -226,15 +279,48 @@ def _context(args: argparse.Namespace, err: TextIO) -> _Context | int:
     except ConfigError as e:
         print(f"tierlog remote: config error: {e}", file=err)
         return 2
-    log_dirs = [Path(d) for d in config.log_dirs]
-    registry = _registry(log_dirs)
+    bootstrap = getattr(args, "bootstrap_server", None)
+    log_dirs = [] if bootstrap else [Path(d).resolve() for d in config.log_dirs]
+    unset = "rsm.config.uri" not in {f"rsm.config.{k}" for k in config.rsm_config}
+    how = (
+        " (rsm.config.uri unset: the default ./data/remote of the current directory)"
+        if unset
+        else ""
+    )
+    where = f"broker {bootstrap}" if bootstrap else f"log dirs {', '.join(map(str, log_dirs))}"
+    print(f"tierlog remote: reading {where} and remote storage {rsm.uri}{how}", file=err)
+    missing_dirs = [d for d in log_dirs if not d.is_dir()]
+    if missing_dirs:
+        print(
+            f"tierlog remote: log dir {missing_dirs[0]} does not exist; give the broker's "
+            "--config or --override log.dirs=..., or run from its working directory",
+            file=err,
+        )
+        return 2
+    store_missing = rsm.is_local and not Path(rsm.root).is_dir()
     target: str = args.target
     topic, partition = target, None
-    if target not in registry:
-        head, sep, tail = target.rpartition("-")
-        if sep and tail.isdigit() and (head in registry or _seen(log_dirs, head)):
-            topic, partition = head, int(tail)
-    histories = load_histories(log_dirs, topic)
+    wire_values: list[bytes] | None = None
+    if bootstrap:
+        from tierlog.errors import ApiError
+
+        try:
+            registry, wire_values = _wire_metadata(bootstrap, target)
+            if target not in registry:
+                head, sep, tail = target.rpartition("-")
+                if sep and tail.isdigit():
+                    topic, partition = head, int(tail)
+                    registry, wire_values = _wire_metadata(bootstrap, head)
+        except (ApiError, OSError) as e:
+            print(f"tierlog remote: cannot read from {bootstrap}: {e}", file=err)
+            return 3
+    else:
+        registry = _registry(log_dirs)
+        if target not in registry:
+            head, sep, tail = target.rpartition("-")
+            if sep and tail.isdigit() and (head in registry or _seen(log_dirs, head)):
+                topic, partition = head, int(tail)
+    histories = load_histories(log_dirs, topic, wire_values)
     current = registry.get(topic)
     if not histories and current is None:
         print(f"tierlog remote: unknown topic {topic}", file=err)
@@ -255,6 +341,21 @@ def _context(args: argparse.Namespace, err: TextIO) -> _Context | int:
         for tp in sorted(histories, key=order)
         if partition is None or tp.partition == partition
     ]
+    if store_missing:
+        # verify needs the store once there is a segment to check; ls only names objects.
+        refuse = reads_store and any(h.segments for h in selected)
+        print(
+            f"tierlog remote: remote storage {rsm.uri} does not exist; "
+            + (
+                "set rsm.config.uri (--config or --override rsm.config.uri=file:///...)"
+                if unset
+                else "is rsm.config.uri right?"
+            )
+            + ("" if refuse else " (listing the metadata only)"),
+            file=err,
+        )
+        if refuse:
+            return 2
     return _Context(config, rsm, selected, current_id)
 
 
@@ -301,7 +402,7 @@ def main_ls(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from tierlog.tiered.remote_log_segment_metadata import kafka_uuid_str
     from tierlog.tiered.remote_log_segment_state import RemoteLogSegmentState
 
-    ctx = _context(args, err)
+    ctx = _context(args, err, reads_store=False)
     if isinstance(ctx, int):
         return ctx
     doc: list[dict[str, Any]] = []
@@ -359,9 +460,9 @@ def _check_segment(
     """``(kind, message)`` problems of one COPY_SEGMENT_FINISHED segment."""
     import pyarrow.fs as pafs
 
-    from tierlog.errors import RemoteStorageError
+    from tierlog.errors import RemoteDecryptionError, RemoteStorageError
     from tierlog.tiered.storage.remote_storage_manager import IndexType
-    from tierlog.tiered.storage.segment_objects import INDEXES_SUFFIX, LOG_SUFFIX, IndexesObject
+    from tierlog.tiered.storage.segment_objects import INDEXES_SUFFIX, LOG_SUFFIX
 
     problems: list[tuple[str, str]] = []
     fs = rsm.filesystem
@@ -376,7 +477,7 @@ def _check_segment(
         problems.append(("UNREADABLE", f"{_uri(rsm, md, INDEXES_SUFFIX)}: {e}"))
     else:
         try:
-            obj = IndexesObject.decode(data)
+            obj, _ = rsm.decode_indexes_object(md, data)  # decrypted with the broker's key
             chunk_index = obj.chunk_index
             missing = [
                 t.name
@@ -387,6 +488,8 @@ def _check_segment(
                 problems.append(
                     ("MISMATCH", f"{_uri(rsm, md, INDEXES_SUFFIX)}: no {', '.join(missing)} index")
                 )
+        except RemoteDecryptionError as e:
+            problems.append(("UNDECRYPTABLE", f"{_uri(rsm, md, INDEXES_SUFFIX)}: {e}"))
         except RemoteStorageError as e:
             problems.append(("CORRUPT", f"{_uri(rsm, md, INDEXES_SUFFIX)}: {e}"))
     try:
@@ -424,8 +527,9 @@ def main_verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from tierlog.tiered.remote_log_segment_metadata import kafka_uuid_str
     from tierlog.tiered.remote_log_segment_state import RemoteLogSegmentState as S
     from tierlog.tiered.storage.segment_objects import INDEXES_SUFFIX, LOG_SUFFIX
+    from tierlog.tools.progress import progress
 
-    ctx = _context(args, err)
+    ctx = _context(args, err, reads_store=True)
     if isinstance(ctx, int):
         return ctx
     rsm = ctx.rsm
@@ -434,7 +538,8 @@ def main_verify(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     for h in ctx.histories:
         where = f"{h.tp.topic}-{h.tp.partition} ({kafka_uuid_str(h.tp.topic_id)})"
         live: set[str] = set()
-        for md in sorted(h.segments.values(), key=lambda m: m.start_offset):
+        ordered = sorted(h.segments.values(), key=lambda m: m.start_offset)
+        for md in progress(ordered, total=len(ordered), desc=where, unit="segment"):
             if md.state in (S.COPY_SEGMENT_STARTED, S.DELETE_SEGMENT_STARTED):
                 # in progress (or dangling until the broker's next expiration run)
                 live.add(rsm.object_path(md, LOG_SUFFIX))

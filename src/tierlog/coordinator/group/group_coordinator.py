@@ -836,6 +836,40 @@ class GroupCoordinator:
             self._schedule_heartbeat(group, member)
         return await manager.store_offsets(group, offsets)
 
+    async def commit_txn_offsets(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: dict[TopicPartition, tuple[int, int, str | None]],
+    ) -> dict[TopicPartition, int]:
+        """TxnOffsetCommit (Kafka's handleTxnCommitOffsets): offsets in the producer's
+        transaction, committed with it. A member id or generation, when given (KIP-447), must
+        match the group's; an unknown group is created Empty."""
+        manager = self.group_manager
+        if err := manager.validate_group_status(group_id, allow_empty=False):
+            return dict.fromkeys(offsets, err)
+        group = manager.get_group(group_id) or manager.add_group(group_id)
+        if group.is_(_DEAD):
+            return dict.fromkeys(offsets, CoordinatorNotAvailable.error_code)
+        if (member_id or group_instance_id is not None) and (
+            err := group.validate_member(member_id, group_instance_id)
+        ):
+            return dict.fromkeys(offsets, err)
+        if generation_id >= 0 and generation_id != group.generation_id:
+            return dict.fromkeys(offsets, IllegalGeneration.error_code)
+        return await manager.store_txn_offsets(group, producer_id, producer_epoch, offsets)
+
+    def on_transaction_completed(
+        self, producer_id: int, partitions: list[int], commit: bool
+    ) -> None:
+        """The transaction coordinator's marker reached these ``__consumer_offsets``
+        partitions (ReplicaManager's ``txn_completion_listeners``)."""
+        self.group_manager.handle_txn_completion(producer_id, partitions, commit)
+
     # ================================================================== helpers
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:

@@ -15,6 +15,13 @@ serialized by a lock and their in-memory effect is applied under it, so memory a
 the order of the log. Loading a partition replays it, last writer wins per key (tombstones
 delete).
 
+Transactional offset commits (TxnOffsetCommit, Kafka's ``storeOffsets`` with a producer id):
+the records go to the log as a transactional batch of the producer and wait, per producer id,
+in a pending table; the transaction coordinator's COMMIT marker on the partition makes them the
+group's committed offsets (:meth:`GroupMetadataManager.handle_txn_completion`), an ABORT drops
+them. A load does the same with the batches it replays: transactional records wait for their
+producer's control batch.
+
 Ownership: on a single node every partition is loaded at startup and owned (``None``); in a
 cluster a partition is loaded when this broker becomes its leader
 (:meth:`GroupMetadataManager.schedule_load_group_and_offsets`) and its groups are dropped when
@@ -43,6 +50,7 @@ from tierlog.coordinator.group.consumer_group_records import (
     ConsumerGroupKey,
     decode_consumer_group_key,
 )
+from tierlog.coordinator.group.consumer_protocol import PROTOCOL_TYPE, subscribed_topics
 from tierlog.coordinator.group.group_metadata import CommittedOffset, GroupMetadata, GroupState
 from tierlog.coordinator.group.group_records import (
     GroupMetadataKey,
@@ -51,12 +59,18 @@ from tierlog.coordinator.group.group_records import (
     OffsetCommitValue,
     decode_key,
 )
-from tierlog.coordinator.offset_store import OffsetStore, Record
+from tierlog.coordinator.offset_store import (
+    CONTROL_TYPE_COMMIT,
+    OffsetStore,
+    Record,
+    StoredBatch,
+)
 from tierlog.errors import (
     ApiError,
     CoordinatorLoadInProgress,
     CoordinatorNotAvailable,
     GroupIdNotFound,
+    GroupSubscribedToTopic,
     InvalidCommitOffsetSize,
     InvalidGroupId,
     LocalProtocolError,
@@ -162,6 +176,10 @@ class GroupMetadataManager:
         #: node); in a cluster those this broker leads, loaded on election.
         self._owned: set[int] | None = None
         self._loading: set[int] = set()
+        #: Transactional offsets awaiting their producer's marker:
+        #: producer id -> group id -> (topic, partition) -> offset (Kafka's
+        #: pendingTransactionalOffsetCommits and openGroupsForProducer).
+        self._pending_txn: dict[int, dict[str, dict[TopicPartition, CommittedOffset]]] = {}
 
     # ================================================================== lifecycle
 
@@ -223,6 +241,9 @@ class GroupMetadataManager:
             on_group_unloaded(self._groups.pop(group_id))
         for group_id in [g for g in self.consumer_groups if self.partition_for(g) == partition]:
             self.on_consumer_group_unloaded(self.consumer_groups.pop(group_id))
+        for by_group in self._pending_txn.values():
+            for group_id in [g for g in by_group if self.partition_for(g) == partition]:
+                del by_group[group_id]
         log.info("group coordinator: unloaded __consumer_offsets-%d", partition)
 
     # ================================================================== ownership
@@ -318,14 +339,11 @@ class GroupMetadataManager:
 
     # ================================================================== offsets
 
-    async def store_offsets(
-        self,
-        group: GroupMetadata | ConsumerGroup,
-        offsets: dict[TopicPartition, tuple[int, int, str | None]],
-    ) -> dict[TopicPartition, int]:
-        """Store offsets (topic, partition) -> (offset, leader epoch, metadata) of a group
-        whose commit was validated: an error code per partition (OFFSET_METADATA_TOO_LARGE
-        for oversized metadata). Answers after the store is durable."""
+    def _offset_records(
+        self, group_id: str, offsets: dict[TopicPartition, tuple[int, int, str | None]]
+    ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, CommittedOffset], list[Record]]:
+        """The records of an offset commit (plain or transactional): OFFSET_METADATA_TOO_LARGE
+        per oversized partition, the offsets to keep, and their records."""
         now = self._time_ms()
         results: dict[TopicPartition, int] = {}
         valid: dict[TopicPartition, CommittedOffset] = {}
@@ -336,8 +354,19 @@ class GroupMetadataManager:
                 results[tp] = OffsetMetadataTooLarge.error_code
                 continue
             valid[tp] = CommittedOffset(offset, leader_epoch, md, now)
-            key = OffsetCommitKey(group.group_id, tp[0], tp[1]).encode()
+            key = OffsetCommitKey(group_id, tp[0], tp[1]).encode()
             records.append((key, OffsetCommitValue(offset, leader_epoch, md, now).encode()))
+        return results, valid, records
+
+    async def store_offsets(
+        self,
+        group: GroupMetadata | ConsumerGroup,
+        offsets: dict[TopicPartition, tuple[int, int, str | None]],
+    ) -> dict[TopicPartition, int]:
+        """Store offsets (topic, partition) -> (offset, leader epoch, metadata) of a group
+        whose commit was validated: an error code per partition (OFFSET_METADATA_TOO_LARGE
+        for oversized metadata). Answers after the store is durable."""
+        results, valid, records = self._offset_records(group.group_id, offsets)
         if records:
             try:
                 await self._append(
@@ -350,6 +379,62 @@ class GroupMetadataManager:
                 code = self.storage_error(exc, commit=True)
             results.update(dict.fromkeys(valid, code))
         return {tp: results[tp] for tp in offsets}
+
+    async def store_txn_offsets(
+        self,
+        group: GroupMetadata,
+        producer_id: int,
+        producer_epoch: int,
+        offsets: dict[TopicPartition, tuple[int, int, str | None]],
+    ) -> dict[TopicPartition, int]:
+        """TxnOffsetCommit: store offsets in the producer's transaction (a transactional
+        batch); they become committed when the transaction commits. An error code per
+        partition, as :meth:`store_offsets`."""
+        results, valid, records = self._offset_records(group.group_id, offsets)
+        if records:
+
+            def pend() -> None:
+                by_group = self._pending_txn.setdefault(producer_id, {})
+                by_group.setdefault(group.group_id, {}).update(valid)
+
+            try:
+                await self._append(
+                    self.partition_for(group.group_id),
+                    records,
+                    pend,
+                    producer_id=producer_id,
+                    producer_epoch=producer_epoch,
+                )
+                code = 0
+            except Exception as exc:
+                code = self.storage_error(exc, commit=True)
+            results.update(dict.fromkeys(valid, code))
+        return {tp: results[tp] for tp in offsets}
+
+    def handle_txn_completion(self, producer_id: int, partitions: list[int], commit: bool) -> None:
+        """The producer's marker is on these ``__consumer_offsets`` partitions: its pending
+        offsets of the groups there become committed (``commit``) or are dropped (Kafka's
+        GroupCoordinator.onTransactionCompleted)."""
+        by_group = self._pending_txn.get(producer_id)
+        if not by_group:
+            return
+        wanted = set(partitions)
+        for group_id in [g for g in by_group if self.partition_for(g) in wanted]:
+            pending = by_group.pop(group_id)
+            group = self._groups.get(group_id)
+            if not commit:
+                continue
+            if group is None:
+                group = self.add_group(group_id)
+            if not group.is_(_DEAD):
+                group.offsets.update(pending)
+        if not by_group:
+            del self._pending_txn[producer_id]
+
+    def has_pending_txn_offsets(self, group_id: str, tp: TopicPartition) -> bool:
+        """Whether an open transaction holds an offset of the group's partition (OffsetFetch
+        with require_stable answers UNSTABLE_OFFSET_COMMIT then)."""
+        return any(tp in by_group.get(group_id, ()) for by_group in self._pending_txn.values())
 
     def fetch_offsets(
         self,
@@ -518,6 +603,47 @@ class GroupMetadataManager:
         )
         return results
 
+    async def delete_offsets(
+        self, group_id: str, partitions: Iterable[tuple[str, int]]
+    ) -> tuple[int, dict[tuple[str, int], int]]:
+        """OffsetDelete (Kafka's ``GroupCoordinator.handleDeleteOffsets``): the group's error
+        and each partition's. A consumer group with members keeps the offsets of the topics
+        its members subscribe to (GROUP_SUBSCRIBED_TO_TOPIC); an Empty group loses any; a
+        non-consumer group with members refuses (NON_EMPTY_GROUP). Tombstones are stored
+        before answering; a partition without an offset simply succeeds."""
+        wanted = list(dict.fromkeys(partitions))
+        if err := self.validate_group_status(group_id, allow_empty=False):
+            return err, {}
+        group = self._groups.get(group_id)
+        if group is None or group.is_(_DEAD):
+            return GroupIdNotFound.error_code, {}
+        codes: dict[tuple[str, int], int] = {}
+        if not group.is_(_EMPTY):
+            if group.protocol_type != PROTOCOL_TYPE:
+                return NonEmptyGroup.error_code, {}
+            subscribed = _subscribed(group)
+            for tp in wanted:
+                if subscribed is None or tp[0] in subscribed:
+                    codes[tp] = GroupSubscribedToTopic.error_code
+        deletable = [tp for tp in wanted if tp not in codes]
+        gone = [tp for tp in deletable if tp in group.offsets]
+        for tp in deletable:
+            codes[tp] = 0
+        if not gone:
+            return 0, codes
+
+        def apply() -> None:
+            for tp in gone:
+                group.offsets.pop(tp, None)
+
+        records: list[Record] = [(OffsetCommitKey(group_id, t, p).encode(), None) for t, p in gone]
+        try:
+            await self._append(self.partition_for(group_id), records, apply)
+        except Exception as exc:
+            code = self.storage_error(exc, commit=False)
+            return code, {}
+        return 0, codes
+
     # ================================================================== persistence
 
     def _load_partition(self, partition: int, on_group_loaded: GroupCallback) -> None:
@@ -525,37 +651,21 @@ class GroupMetadataManager:
         metadata: dict[str, GroupMetadataValue] = {}
         seen: dict[str, None] = {}  # group ids in first-seen order
         consumer: dict[str, ConsumerGroup] = {}
-        for key_bytes, value_bytes in self._store.replay(partition):
-            try:
-                key = decode_key(key_bytes)
-                if key is None:
-                    ckey = decode_consumer_group_key(key_bytes)
-                    if ckey is not None:
-                        seen.setdefault(ckey.group_id)
-                        cg = consumer.get(ckey.group_id)
-                        if cg is None:
-                            cg = consumer[ckey.group_id] = ConsumerGroup(ckey.group_id)
-                        cg.replay(ckey, value_bytes)
-                    continue
-                if isinstance(key, OffsetCommitKey):
-                    seen.setdefault(key.group)
-                    group_offsets = offsets.setdefault(key.group, {})
-                    tp = (key.topic, key.partition)
-                    if value_bytes is None:
-                        group_offsets.pop(tp, None)
-                    else:
-                        v = OffsetCommitValue.decode(value_bytes)
-                        group_offsets[tp] = CommittedOffset(
-                            v.offset, v.leader_epoch, v.metadata, v.commit_timestamp
-                        )
-                elif isinstance(key, GroupMetadataKey):
-                    seen.setdefault(key.group)
-                    if value_bytes is None:
-                        metadata.pop(key.group, None)
-                    else:
-                        metadata[key.group] = GroupMetadataValue.decode(value_bytes)
-            except LocalProtocolError as exc:
-                log.warning("__consumer_offsets-%d: skipping bad record: %s", partition, exc)
+        # producer id -> its transactional offsets not yet ended by a marker
+        pending: dict[int, dict[str, dict[TopicPartition, CommittedOffset]]] = {}
+        for batch in self._store.replay_batches(partition):
+            if batch.control_type is not None:
+                ended = pending.pop(batch.producer_id, {})
+                if batch.control_type == CONTROL_TYPE_COMMIT:
+                    for group_id, tps in ended.items():
+                        seen.setdefault(group_id)
+                        offsets.setdefault(group_id, {}).update(tps)
+                continue
+            self._load_batch(partition, batch, offsets, metadata, seen, pending, consumer)
+        for producer_id, by_group in pending.items():
+            self._pending_txn.setdefault(producer_id, {}).update(by_group)
+            for group_id in by_group:
+                seen.setdefault(group_id)
         topics = self.topics() if consumer else {}
         for group_id in seen:
             value = metadata.get(group_id)
@@ -577,6 +687,55 @@ class GroupMetadataManager:
             group.offsets = group_offsets
             self._groups[group_id] = group
             on_group_loaded(group)
+
+    def _load_batch(
+        self,
+        partition: int,
+        batch: StoredBatch,
+        offsets: dict[str, dict[TopicPartition, CommittedOffset]],
+        metadata: dict[str, GroupMetadataValue],
+        seen: dict[str, None],
+        pending: dict[int, dict[str, dict[TopicPartition, CommittedOffset]]],
+        consumer: dict[str, ConsumerGroup],
+    ) -> None:
+        for key_bytes, value_bytes in batch.records:
+            try:
+                key = decode_key(key_bytes)
+                if key is None:
+                    ckey = decode_consumer_group_key(key_bytes)
+                    if ckey is not None:
+                        seen.setdefault(ckey.group_id)
+                        cg = consumer.get(ckey.group_id)
+                        if cg is None:
+                            cg = consumer[ckey.group_id] = ConsumerGroup(ckey.group_id)
+                        cg.replay(ckey, value_bytes)
+                    continue
+                if isinstance(key, OffsetCommitKey):
+                    tp = (key.topic, key.partition)
+                    if batch.is_transactional and value_bytes is not None:
+                        v = OffsetCommitValue.decode(value_bytes)
+                        by_group = pending.setdefault(batch.producer_id, {})
+                        by_group.setdefault(key.group, {})[tp] = CommittedOffset(
+                            v.offset, v.leader_epoch, v.metadata, v.commit_timestamp
+                        )
+                        continue
+                    seen.setdefault(key.group)
+                    group_offsets = offsets.setdefault(key.group, {})
+                    if value_bytes is None:
+                        group_offsets.pop(tp, None)
+                    else:
+                        v = OffsetCommitValue.decode(value_bytes)
+                        group_offsets[tp] = CommittedOffset(
+                            v.offset, v.leader_epoch, v.metadata, v.commit_timestamp
+                        )
+                elif isinstance(key, GroupMetadataKey):
+                    seen.setdefault(key.group)
+                    if value_bytes is None:
+                        metadata.pop(key.group, None)
+                    else:
+                        metadata[key.group] = GroupMetadataValue.decode(value_bytes)
+            except LocalProtocolError as exc:
+                log.warning("__consumer_offsets-%d: skipping bad record: %s", partition, exc)
 
     def store_group(
         self, group: GroupMetadata, assignment: dict[str, bytes]
@@ -606,20 +765,56 @@ class GroupMetadataManager:
         return CoordinatorNotAvailable.error_code
 
     def _append(
-        self, partition: int, records: list[Record], apply: Callable[[], None] | None = None
+        self,
+        partition: int,
+        records: list[Record],
+        apply: Callable[[], None] | None = None,
+        *,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
     ) -> asyncio.Future[None]:
         """Append under the partition's lock and run ``apply`` right after, in log order.
         The append is queued now (appends of a partition happen in call order); awaiting the
         result is shielded: a cancelled request does not cancel a half-done append."""
-        return asyncio.shield(self._spawn(self._append_locked(partition, records, apply)))
+        return asyncio.shield(
+            self._spawn(self._append_locked(partition, records, apply, producer_id, producer_epoch))
+        )
 
     async def _append_locked(
-        self, partition: int, records: list[Record], apply: Callable[[], None] | None
+        self,
+        partition: int,
+        records: list[Record],
+        apply: Callable[[], None] | None,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
     ) -> None:
         lock = self._locks.get(partition)
         if lock is None:
             lock = self._locks[partition] = asyncio.Lock()
         async with lock:
-            await self._store.append(partition, records)
+            if producer_id >= 0:
+                await self._store.append(
+                    partition,
+                    records,
+                    producer_id=producer_id,
+                    producer_epoch=producer_epoch,
+                    transactional=True,
+                )
+            else:
+                await self._store.append(partition, records)
             if apply is not None:
                 apply()
+
+
+def _subscribed(group: GroupMetadata) -> frozenset[str] | None:
+    """Every topic a member of a consumer group subscribes to (None: one did not parse)."""
+    protocol = group.protocol_name
+    if protocol is None:
+        return None
+    out: set[str] = set()
+    for m in group.members.values():
+        topics = subscribed_topics(m.metadata(protocol))
+        if topics is None:
+            return None
+        out |= topics
+    return frozenset(out)

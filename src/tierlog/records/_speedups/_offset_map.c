@@ -558,6 +558,7 @@ done:
 #define HEADER_SIZE 61
 #define LOG_OVERHEAD 12
 #define CODEC_OR_CONTROL 0x27 /* compression codec bits and the control flag */
+#define CODEC_CONTROL_OR_TXN 0x37 /* and the transactional flag */
 
 static inline int64_t
 be64(const uint8_t *p)
@@ -661,7 +662,8 @@ done:
  * The clean pass over the run of uncompressed data batches of chunk from byte off whose
  * records all go (filter_batch keeps none) and that need not stay as an empty batch (not the
  * round's last, and not the last data batch of an active producer: active_producers maps a
- * producer id to (last data offset, epoch)). Stops at the first other batch, which the
+ * producer id to (last data offset, epoch)), nor transactional (the cleaner tracks their
+ * transactions). Stops at the first other batch, which the
  * caller handles, or at the chunk's last complete batch. */
 static PyObject *
 OffsetMap_filter_run(OffsetMap *self, PyObject *args)
@@ -686,7 +688,7 @@ OffsetMap_filter_run(OffsetMap *self, PyObject *args)
             break;
         const uint8_t *h = data + off;
         int attributes = (h[21] << 8) | h[22];
-        if (attributes & CODEC_OR_CONTROL)
+        if (attributes & CODEC_CONTROL_OR_TXN)
             break;
         int64_t base = be64(h);
         int64_t last_offset = base + be32(h + 23);

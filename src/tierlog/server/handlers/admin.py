@@ -1,19 +1,15 @@
-"""Admin APIs: CreateTopics (19), DeleteTopics (20), DeleteRecords (21), CreatePartitions (37),
-DescribeConfigs (32), AlterConfigs (33) and IncrementalAlterConfigs (44).
+"""Admin APIs: CreateTopics (19), DeleteTopics (20), DeleteRecords (21) and CreatePartitions
+(37); the config APIs are in :mod:`tierlog.server.handlers.configs`.
 
 Single node: the replication factor must be 1 (or -1 for the default), manual assignments
 may only name this node. In a cluster, CreateTopics, DeleteTopics and CreatePartitions go
-through ZooKeeper (:mod:`tierlog.server.handlers.cluster_admin`). Topic configs are described
-in full (every config with its value, source and, on request, synonyms and documentation);
-the broker resource lists the broker's static configs, which are read-only.
+through ZooKeeper (:mod:`tierlog.server.handlers.cluster_admin`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tierlog.errors import (
@@ -29,21 +25,16 @@ from tierlog.errors import (
     UnknownTopicId,
     UnknownTopicOrPartition,
 )
-from tierlog.log.log_config import TOPIC_CONFIGS, LogConfig, format_value
+from tierlog.log.log_config import LogConfig, format_value
 from tierlog.log.topic_registry import NewTopic
 from tierlog.security.acl_checks import (
-    require_config_resource,
     require_create_topic,
     require_topic,
 )
 from tierlog.security.authorizer import AclOperation
 from tierlog.server.handlers._build import build
-from tierlog.server.handlers.group_configs import (
-    RESOURCE_GROUP,
-    alter_group_configs,
-    describe_group_configs,
-    incremental_group_overrides,
-)
+from tierlog.server.handlers._results import answered_per_resource, error_of
+from tierlog.server.handlers.configs import SOURCE_IDS
 from tierlog.server.kafka_apis import response_class
 from tierlog.server.replica_manager import INTERNAL_TOPICS
 
@@ -55,70 +46,13 @@ log = logging.getLogger(__name__)
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
 DELETE_RECORDS = 21
-DESCRIBE_CONFIGS = 32
-ALTER_CONFIGS = 33
 CREATE_PARTITIONS = 37
-INCREMENTAL_ALTER_CONFIGS = 44
 
 TOPIC_DELETION_DISABLED = 73
-
-# ConfigResource.Type
-RESOURCE_TOPIC = 2
-RESOURCE_BROKER = 4
-RESOURCE_BROKER_LOGGER = 8
-
-# DescribeConfigsResponse.ConfigSource
-SOURCE_IDS = {
-    "UNKNOWN": 0,
-    "TOPIC_CONFIG": 1,
-    "DYNAMIC_TOPIC_CONFIG": 1,
-    "DYNAMIC_BROKER_CONFIG": 2,
-    "DYNAMIC_DEFAULT_BROKER_CONFIG": 3,
-    "STATIC_BROKER_CONFIG": 4,
-    "DEFAULT_CONFIG": 5,
-}
-
-# DescribeConfigsResponse.ConfigType
-TYPE_IDS = {
-    "boolean": 1,
-    "string": 2,
-    "int": 3,
-    "short": 4,
-    "long": 5,
-    "double": 6,
-    "list": 7,
-    "class": 8,
-    "password": 9,
-}
 
 #: A guard, not a Kafka rule: a single node creating millions of partition directories
 #: because of one request (or one flipped bit) would stall every client.
 MAX_PARTITIONS_PER_TOPIC = 10_000
-
-# IncrementalAlterConfigs operations
-OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
-
-
-def _error(e: Exception) -> tuple[int, str]:
-    if isinstance(e, ConfigError):
-        return InvalidConfig.error_code, str(e)
-    if isinstance(e, ApiError):
-        return e.error_code, e.message
-    return -1, str(e)
-
-
-@contextlib.contextmanager
-def _answered_per_resource(res: dict[str, Any], what: str) -> Iterator[None]:
-    """Answer an error of one resource in its own result, the others going on: an ApiError or
-    ConfigError with its code and message; an OSError (logged) as KAFKA_STORAGE_ERROR."""
-    try:
-        yield
-    except (ApiError, ConfigError) as e:
-        res["error_code"], res["error_message"] = _error(e)
-    except OSError as e:
-        log.error("%s failed: %s", what, e)
-        res["error_code"], res["error_message"] = KafkaStorageError.error_code, str(e)
-
 
 # --------------------------------------------------------------------------- topics
 
@@ -137,7 +71,7 @@ def _topic_configs_list(config: LogConfig) -> list[dict[str, Any]]:
 
 
 def _create_failed(res: dict[str, Any], e: ApiError | ConfigError) -> None:
-    res["error_code"], res["error_message"] = _error(e)
+    res["error_code"], res["error_message"] = error_of(e)
     res.update(num_partitions=-1, replication_factor=-1, configs=None)
 
 
@@ -242,7 +176,7 @@ def handle_delete_topics(apis: KafkaApis, ev: Request) -> Any:
     results = []
     for name, topic_id in wanted:
         res: dict[str, Any] = {"name": name, "topic_id": topic_id, "error_code": 0}
-        with _answered_per_resource(res, f"delete topic {name or topic_id}"):
+        with answered_per_resource(res, f"delete topic {name or topic_id}"):
             if name is None:
                 if topic_id is None or topic_id.int == 0:
                     raise InvalidRequest("a topic needs a name or an id")
@@ -287,7 +221,7 @@ def handle_create_partitions(apis: KafkaApis, ev: Request) -> Any:
     results = []
     for t in req.topics:
         res: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None}
-        with _answered_per_resource(res, f"create partitions of {t.name}"):
+        with answered_per_resource(res, f"create partitions of {t.name}"):
             require_topic(apis, AclOperation.ALTER, t.name)
             info = lm.topic(t.name)
             if info is None:
@@ -379,323 +313,3 @@ def handle_delete_records(apis: KafkaApis, ev: Request) -> Any:
         return response
 
     return checkpoint()
-
-
-# --------------------------------------------------------------------------- configs
-
-
-def _topic_synonyms(config: LogConfig, name: str) -> list[dict[str, Any]]:
-    """Kafka's synonym chain, most specific first: topic override, broker config, default."""
-    d = TOPIC_CONFIGS[name]
-    out = []
-    if name in config.overrides:
-        out.append(
-            {
-                "name": name,
-                "value": format_value(name, config.values[name]),
-                "source": SOURCE_IDS["DYNAMIC_TOPIC_CONFIG"],
-            }
-        )
-    broker_default = config.defaults()
-    if d.synonym and name in config.broker_defaults:
-        out.append(
-            {
-                "name": d.synonym,
-                "value": format_value(name, broker_default.values[name]),
-                "source": SOURCE_IDS["STATIC_BROKER_CONFIG"],
-            }
-        )
-    out.append(
-        {
-            "name": d.synonym or name,
-            "value": format_value(name, d.default),
-            "source": SOURCE_IDS["DEFAULT_CONFIG"],
-        }
-    )
-    return out
-
-
-def _describe_topic(
-    config: LogConfig, keys: Any, synonyms: bool, documentation: bool, version: int
-) -> list[dict[str, Any]]:
-    names = sorted(config.values) if not keys else [k for k in keys if k in TOPIC_CONFIGS]
-    rows = []
-    for name in names:
-        d = TOPIC_CONFIGS[name]
-        source = config.source_of(name)
-        rows.append(
-            {
-                "name": name,
-                "value": format_value(name, config.values[name]),
-                "read_only": False,
-                "is_default": source == "DEFAULT_CONFIG",
-                "config_source": SOURCE_IDS.get(source, 0),
-                "is_sensitive": False,
-                "synonyms": _topic_synonyms(config, name) if synonyms else [],
-                "config_type": TYPE_IDS.get(d.type, 0),
-                "documentation": d.doc if documentation else None,
-            }
-        )
-    return rows
-
-
-def _describe_broker(
-    apis: KafkaApis, keys: Any, synonyms: bool, documentation: bool
-) -> list[dict[str, Any]]:
-    rows = []
-    wanted = set(keys) if keys else None
-    for e in apis.config.describe():
-        if wanted is not None and e.name not in wanted:
-            continue
-        source = SOURCE_IDS.get(e.source, 0)
-        rows.append(
-            {
-                "name": e.name,
-                "value": e.value,
-                "read_only": e.read_only,
-                "is_default": e.source == "DEFAULT_CONFIG",
-                "config_source": source,
-                "is_sensitive": e.sensitive,
-                "synonyms": [{"name": e.name, "value": e.value, "source": source}]
-                if synonyms
-                else [],
-                "config_type": TYPE_IDS.get(e.config_type.lower(), 0),
-                "documentation": e.documentation if documentation else None,
-            }
-        )
-    return rows
-
-
-def _is_this_broker(apis: KafkaApis, resource_name: str) -> bool:
-    return resource_name in ("", str(apis.node_id))
-
-
-def handle_describe_configs(apis: KafkaApis, ev: Request) -> Any:
-    req = ev.request
-    synonyms = bool(getattr(req, "include_synonyms", False))
-    documentation = bool(getattr(req, "include_documentation", False))
-    results = []
-    for r in req.resources:
-        res: dict[str, Any] = {
-            "error_code": 0,
-            "error_message": None,
-            "resource_type": r.resource_type,
-            "resource_name": r.resource_name,
-            "configs": [],
-        }
-        try:
-            require_config_resource(
-                apis, AclOperation.DESCRIBE_CONFIGS, r.resource_type, r.resource_name
-            )
-            if r.resource_type == RESOURCE_TOPIC:
-                config = apis.topic_config(r.resource_name)
-                if config is None:
-                    raise UnknownTopicOrPartition(f"unknown topic {r.resource_name}")
-                res["configs"] = _describe_topic(
-                    config, r.configuration_keys, synonyms, documentation, ev.api_version
-                )
-            elif r.resource_type == RESOURCE_BROKER:
-                if not _is_this_broker(apis, r.resource_name):
-                    raise InvalidRequest(f"unknown broker {r.resource_name}")
-                res["configs"] = _describe_broker(
-                    apis, r.configuration_keys, synonyms, documentation
-                )
-            elif r.resource_type == RESOURCE_BROKER_LOGGER:
-                res["configs"] = []
-            elif r.resource_type == RESOURCE_GROUP:
-                res["configs"] = describe_group_configs(
-                    apis, r.resource_name, r.configuration_keys, synonyms, documentation
-                )
-            else:
-                raise InvalidRequest(f"unsupported resource type {r.resource_type}")
-        except ApiError as e:
-            res["error_code"], res["error_message"] = e.error_code, e.message
-        results.append(res)
-    return build(
-        response_class(DESCRIBE_CONFIGS, ev.api_version), {"throttle_time": 0, "results": results}
-    )
-
-
-def _apply_topic_config(
-    apis: KafkaApis,
-    topic: str,
-    overrides: Mapping[str, str | None],
-    *,
-    incremental: bool,
-    validate_only: bool,
-) -> None:
-    lm = apis.log_manager
-    current = apis.topic_config(topic)
-    if current is None:
-        raise UnknownTopicOrPartition(f"unknown topic {topic}")
-    for name in overrides:
-        if name not in TOPIC_CONFIGS:
-            raise ConfigError(name, "unknown topic config")
-    sets = {k: v for k, v in overrides.items() if v is not None}
-    deletes = {k for k, v in overrides.items() if v is None}
-    config: LogConfig = current
-    if incremental:
-        new = config.with_overrides(sets).without(deletes)
-    else:
-        new = config.with_overrides(sets, replace=True)
-    new.validate()
-    was_remote, now_remote = config.remote_storage_enable, new.remote_storage_enable
-    if now_remote and topic in INTERNAL_TOPICS:
-        raise ConfigError("remote.storage.enable", f"internal topic {topic} is never tiered")
-    if was_remote and not now_remote and not new.get("remote.log.delete.on.disable"):
-        # Kafka's validateTurningOffRemoteStorageWithDelete.
-        raise ConfigError(
-            "remote.storage.enable",
-            "it is invalid to disable remote storage without deleting remote data. To keep the "
-            "remote data and make the topic read only, set remote.storage.enable=true and "
-            "remote.log.copy.disable=true. To disable remote storage and delete all remote "
-            "data, set remote.storage.enable=false and remote.log.delete.on.disable=true",
-        )
-    if validate_only:
-        return
-    if apis.cluster is not None:
-        # Every replica's broker applies it from ZooKeeper (its config watch).
-        apis.cluster.zk.set_topic_config(topic, new.to_props(overrides_only=True))
-        log.info("altered configs of topic %s in the cluster: %s", topic, dict(overrides))
-        return
-    info = lm.topic(topic)
-    assert info is not None  # topic_config found it
-    tiered = apis.tiered
-    pending = None
-    if was_remote and not now_remote and tiered is not None:
-        pending = tiered.before_remote_storage_disabled(info)
-    try:
-        lm.alter_topic_config(topic, overrides, incremental=incremental)
-    except BaseException:
-        if pending is not None and tiered is not None:
-            tiered.pending.remove(pending)
-        raise
-    log.info("altered configs of topic %s: %s", topic, dict(overrides))
-    if pending is not None and tiered is not None:
-        tiered.after_remote_storage_disabled(pending)
-    elif now_remote and not was_remote and tiered is not None:
-        tiered.topic_changed(topic)
-
-
-def _alter_config_results(
-    apis: KafkaApis,
-    resources: Any,
-    overrides_of: Callable[[Any], dict[str, str | None]],
-    *,
-    incremental: bool,
-    validate_only: bool,
-) -> list[dict[str, Any]]:
-    """One result per resource of an (Incremental)AlterConfigs request: topic configs are
-    applied (``overrides_of`` turns a resource's entries into overrides), broker configs are
-    static; errors are answered per resource."""
-    results = []
-    for r in resources:
-        res: dict[str, Any] = {
-            "error_code": 0,
-            "error_message": None,
-            "resource_type": r.resource_type,
-            "resource_name": r.resource_name,
-        }
-        with _answered_per_resource(res, f"altering the configs of {r.resource_name}"):
-            require_config_resource(
-                apis, AclOperation.ALTER_CONFIGS, r.resource_type, r.resource_name
-            )
-            if r.resource_type == RESOURCE_TOPIC:
-                _apply_topic_config(
-                    apis,
-                    r.resource_name,
-                    overrides_of(r),
-                    incremental=incremental,
-                    validate_only=validate_only,
-                )
-            elif r.resource_type == RESOURCE_BROKER:
-                raise InvalidRequest(
-                    "broker configs are static in tierlog; edit server.properties and restart"
-                )
-            elif r.resource_type == RESOURCE_GROUP:
-                alter_group_configs(
-                    apis,
-                    r.resource_name,
-                    overrides_of(r),
-                    incremental=incremental,
-                    validate_only=validate_only,
-                )
-            else:
-                raise InvalidRequest(f"unsupported resource type {r.resource_type}")
-        results.append(res)
-    return results
-
-
-def handle_alter_configs(apis: KafkaApis, ev: Request) -> Any:
-    def overrides_of(r: Any) -> dict[str, str | None]:
-        overrides: dict[str, str | None] = {}
-        for c in r.configs:
-            if c.value is None:
-                raise InvalidConfig(f"null value for config {c.name}")
-            overrides[c.name] = c.value
-        return overrides
-
-    results = _alter_config_results(
-        apis,
-        ev.request.resources,
-        overrides_of,
-        incremental=False,
-        validate_only=bool(getattr(ev.request, "validate_only", False)),
-    )
-    return build(
-        response_class(ALTER_CONFIGS, ev.api_version), {"throttle_time": 0, "responses": results}
-    )
-
-
-def handle_incremental_alter_configs(apis: KafkaApis, ev: Request) -> Any:
-    def overrides_of(r: Any) -> dict[str, str | None]:
-        if r.resource_type == RESOURCE_GROUP:
-            return incremental_group_overrides(r.configs)
-        info = apis.log_manager.topic(r.resource_name)
-        if info is None:
-            raise UnknownTopicOrPartition(f"unknown topic {r.resource_name}")
-        return _incremental_overrides(info.config, r.configs)
-
-    results = _alter_config_results(
-        apis,
-        ev.request.resources,
-        overrides_of,
-        incremental=True,
-        validate_only=bool(getattr(ev.request, "validate_only", False)),
-    )
-    return build(
-        response_class(INCREMENTAL_ALTER_CONFIGS, ev.api_version),
-        {"throttle_time": 0, "responses": results},
-    )
-
-
-def _incremental_overrides(config: LogConfig, ops: Any) -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    seen: set[str] = set()
-    for c in ops:
-        if c.name in seen:
-            raise InvalidRequest(f"config {c.name} appears more than once")
-        seen.add(c.name)
-        d = TOPIC_CONFIGS.get(c.name)
-        if d is None:
-            raise ConfigError(c.name, "unknown topic config")
-        op = c.config_operation
-        if op == OP_SET:
-            if c.value is None:
-                raise InvalidConfig(f"null value for config {c.name}")
-            out[c.name] = c.value
-        elif op == OP_DELETE:
-            out[c.name] = None
-        elif op in (OP_APPEND, OP_SUBTRACT):
-            if d.type != "list":
-                raise InvalidConfig(f"{c.name} is not a list config; APPEND/SUBTRACT need one")
-            current = list(config.values[c.name])
-            items = [x.strip() for x in (c.value or "").split(",") if x.strip()]
-            if op == OP_APPEND:
-                current += [x for x in items if x not in current]
-            else:
-                current = [x for x in current if x not in items]
-            out[c.name] = ",".join(current)
-        else:
-            raise InvalidRequest(f"unknown config operation {op}")
-    return out

@@ -8,6 +8,10 @@
   never created gets FETCH_SESSION_ID_NOT_FOUND (70) and the client starts over.
 * Every partition carries the high watermark, the last stable offset (librdkafka and
   kafkajs read committed by default) and the log start offset (librdkafka resets to it).
+* read_committed (``isolation_level`` 1): data up to the last stable offset, and the
+  aborted transactions of the range read (from the ``.txnindex`` files, local or remote),
+  which consumers use to drop aborted records; read_uncommitted: up to the high watermark,
+  ``aborted_transactions`` null.
 * Offsets below the local log start offset of a tiered partition are read from remote
   storage, every such partition of the request at once (see ReplicaManager).
 """
@@ -109,6 +113,10 @@ def handle_fetch(apis: KafkaApis, ev: Request) -> Any:
 
     isolation = getattr(req, "isolation_level", 0)
     max_bytes = getattr(req, "max_bytes", 2**31 - 1)
+    quotas = apis.client_quotas
+    user, client_id = apis.principal.name, ev.client_id  # read before the first await
+    if replica_id < 0:
+        max_bytes = quotas.fetch_max_bytes(user, client_id, max_bytes)
     coro = apis.replica_manager.fetch(
         flat,
         max_wait_ms=_max_wait_ms(req),
@@ -120,9 +128,25 @@ def handle_fetch(apis: KafkaApis, ev: Request) -> Any:
 
     async def respond() -> Any:
         results = await coro
+        if replica_id < 0 and quotas.fetch.active:
+            # consumer_byte_rate: a throttled fetch is answered empty and not charged (the
+            # client fetches the bytes again after the throttle time), as Kafka.
+            size = sum(r.size for r in results)
+            if throttle := quotas.throttle_fetch(user, client_id, size):
+                return build(
+                    cls,
+                    {"throttle_time": throttle, "error_code": 0, "session_id": 0, "responses": []},
+                )
         return _response(apis, cls, plan, flat, results, by_id, isolation)
 
     return respond()
+
+
+def _aborted(r: FetchPartitionResult) -> list[dict[str, int]]:
+    return [
+        {"producer_id": t.producer_id, "first_offset": t.first_offset}
+        for t in r.aborted_transactions or ()
+    ]
 
 
 def _response(
@@ -164,7 +188,7 @@ def _response(
                     "high_watermark": r.high_watermark,
                     "last_stable_offset": r.last_stable_offset,
                     "log_start_offset": r.log_start_offset,
-                    "aborted_transactions": [] if isolation == READ_COMMITTED else None,
+                    "aborted_transactions": _aborted(r) if isolation == READ_COMMITTED else None,
                     "preferred_read_replica": -1,
                     "records": r.records if r.records is not None else b"",
                 }

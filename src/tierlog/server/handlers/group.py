@@ -6,9 +6,11 @@ This node coordinates every group; the handlers only translate kio messages to a
 plain values of :class:`~tierlog.coordinator.group.group_coordinator.GroupCoordinator` (the
 membership protocol and OffsetCommit) and of its
 :class:`~tierlog.coordinator.group.group_metadata_manager.GroupMetadataManager` (OffsetFetch,
-DescribeGroups, ListGroups, DeleteGroups, the partition of a group). Transactions are
-out of scope: FindCoordinator for a transactional id (key type 1) is refused with
-INVALID_REQUEST and a message.
+DescribeGroups, ListGroups, DeleteGroups, the partition of a group). FindCoordinator for
+a transactional id (key type 1) answers the leader of its ``__transaction_state`` partition
+(the topic is created on first use, :mod:`tierlog.server.txn_state_topic`). OffsetFetch with
+``require_stable`` (v7+) answers UNSTABLE_OFFSET_COMMIT for a partition whose offset an open
+transaction holds.
 """
 
 from __future__ import annotations
@@ -16,23 +18,28 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from tierlog.coordinator.transaction import TRANSACTION_STATE_TOPIC_NAME
 from tierlog.errors import (
     CoordinatorNotAvailable,
     GroupIdNotFound,
     InvalidRequest,
     UnknownTopicOrPartition,
+    UnstableOffsetCommit,
 )
 from tierlog.security.acl_checks import (
+    AUTHORIZED_OPERATIONS_OMITTED,
+    authorized_operations,
     cluster_error,
     group_error,
     topic_error,
     transactional_id_error,
 )
-from tierlog.security.authorizer import AclOperation
+from tierlog.security.authorizer import AclOperation, ResourceType
 from tierlog.server.handlers._build import build
 from tierlog.server.kafka_apis import response_class
 from tierlog.server.offset_store import ensure_offsets_topic_in_cluster
 from tierlog.server.replica_manager import GROUP_METADATA_TOPIC_NAME
+from tierlog.server.txn_state_topic import ensure_transaction_state_topic
 
 if TYPE_CHECKING:
     from tierlog.coordinator.group.group_coordinator import GroupCoordinator
@@ -53,8 +60,6 @@ DELETE_GROUPS = 42
 
 COORDINATOR_KEY_GROUP = 0
 COORDINATOR_KEY_TRANSACTION = 1
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
-TRANSACTIONS_UNSUPPORTED = "transactions are not supported by tierlog"
 
 
 def _ms(v: Any) -> int:
@@ -88,17 +93,7 @@ def handle_find_coordinator(apis: KafkaApis, ev: Request) -> Any:
         if denied:
             return {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": denied}
         if key_type == COORDINATOR_KEY_TRANSACTION:
-            log.warning(
-                "FindCoordinator for transactional id %r refused: %s", key, TRANSACTIONS_UNSUPPORTED
-            )
-            return {
-                "key": key,
-                "node_id": -1,
-                "host": "",
-                "port": -1,
-                "error_code": InvalidRequest.error_code,
-                "error_message": TRANSACTIONS_UNSUPPORTED,
-            }
+            return _transaction_coordinator(apis, key)
         if key_type != COORDINATOR_KEY_GROUP:
             return {
                 "key": key,
@@ -132,6 +127,37 @@ def handle_find_coordinator(apis: KafkaApis, ev: Request) -> Any:
         coordinators = [answer(k) for k in req.coordinator_keys]
         return build(cls, {"throttle_time": 0, "coordinators": coordinators})
     return build(cls, {"throttle_time": 0, **answer(req.key)})
+
+
+def _transaction_coordinator(apis: KafkaApis, key: str) -> dict[str, Any]:
+    """The leader of the transactional id's ``__transaction_state`` partition;
+    COORDINATOR_NOT_AVAILABLE while the topic is being created or has no leader there."""
+    unavailable = {
+        "key": key,
+        "node_id": -1,
+        "host": "",
+        "port": -1,
+        "error_code": CoordinatorNotAvailable.error_code,
+        "error_message": None,
+    }
+    tc = getattr(apis, "txn_coordinator", None)
+    if not key:
+        return {**unavailable, "error_code": InvalidRequest.error_code,
+                "error_message": "empty transactional id"}  # fmt: skip
+    if tc is None or not ensure_transaction_state_topic(apis):
+        return unavailable
+    if apis.cluster is None:
+        e = apis.endpoint
+        return {**unavailable, "node_id": e.node_id, "host": e.host, "port": e.port,
+                "error_code": 0}  # fmt: skip
+    leader = apis.cluster.metadata.leader(
+        TRANSACTION_STATE_TOPIC_NAME, tc.txn_manager.partition_for(key)
+    )
+    endpoint = apis.broker_endpoint(leader[0]) if leader is not None else None
+    if endpoint is None:
+        return unavailable
+    return {**unavailable, "node_id": endpoint.node_id, "host": endpoint.host,
+            "port": endpoint.port, "error_code": 0}  # fmt: skip
 
 
 def _cluster_coordinator(apis: KafkaApis, key: str) -> dict[str, Any]:
@@ -328,12 +354,14 @@ def handle_leave_group(apis: KafkaApis, ev: Request) -> Any:
 # --------------------------------------------------------------------------- offsets
 
 
-def handle_offset_commit(apis: KafkaApis, ev: Request) -> Any:
-    req = ev.request
-    cls = response_class(OFFSET_COMMIT, ev.api_version)
+def commit_request_offsets(
+    topics: Any,
+) -> tuple[dict[tuple[str, int], tuple[int, int, str | None]], list[tuple[str, list[int]]]]:
+    """The offsets of an (Txn)OffsetCommit request, (topic, partition) -> (offset, leader
+    epoch, metadata), and its topics' partitions in request order (for the response)."""
     offsets: dict[tuple[str, int], tuple[int, int, str | None]] = {}
     order: list[tuple[str, list[int]]] = []
-    for t in req.topics:
+    for t in topics:
         idx = []
         for p in t.partitions:
             offsets[(t.name, p.partition_index)] = (
@@ -343,6 +371,13 @@ def handle_offset_commit(apis: KafkaApis, ev: Request) -> Any:
             )
             idx.append(p.partition_index)
         order.append((t.name, idx))
+    return offsets, order
+
+
+def handle_offset_commit(apis: KafkaApis, ev: Request) -> Any:
+    req = ev.request
+    cls = response_class(OFFSET_COMMIT, ev.api_version)
+    offsets, order = commit_request_offsets(req.topics)
 
     def response(codes: dict[tuple[str, int], int]) -> Any:
         return build(
@@ -409,6 +444,7 @@ def _fetch_group(
     topics: Any,
     member_id: str | None = None,
     member_epoch: int = -1,
+    require_stable: bool = False,
 ) -> tuple[int, list[dict[str, Any]]]:
     """(top-level error, topics) of OffsetFetch for one group: DESCRIBE on the group (else
     30), DESCRIBE on each topic (named partitions get 29, an all-partitions fetch omits it).
@@ -451,14 +487,19 @@ def _fetch_group(
         return err, [{"name": n, "partitions": ps} for n, ps in by_topic.items()]
     by_topic = {}
     items = found.items() if wanted is None else ((tp, found[tp]) for tp in wanted)
+    manager = gc.group_manager
     for (name, p), (offset, epoch, metadata) in items:
+        code = 29 if name in refused else 0  # TOPIC_AUTHORIZATION_FAILED
+        if not code and require_stable and manager.has_pending_txn_offsets(group_id, (name, p)):
+            code = UnstableOffsetCommit.error_code
+            offset, epoch, metadata = -1, -1, ""
         by_topic.setdefault(name, []).append(
             {
                 "partition_index": p,
                 "committed_offset": offset,
                 "committed_leader_epoch": epoch,
                 "metadata": metadata,
-                "error_code": 29 if name in refused else 0,  # TOPIC_AUTHORIZATION_FAILED
+                "error_code": code,
             }
         )
     return 0, [{"name": n, "partitions": ps} for n, ps in by_topic.items()]
@@ -469,6 +510,7 @@ def handle_offset_fetch(apis: KafkaApis, ev: Request) -> Any:
     cls = response_class(OFFSET_FETCH, ev.api_version)
     if ev.api_version >= 8:
         groups = []
+        stable = bool(getattr(req, "require_stable", False))
         for g in req.groups:
             err, topics = _fetch_group(
                 apis,
@@ -476,10 +518,13 @@ def handle_offset_fetch(apis: KafkaApis, ev: Request) -> Any:
                 g.topics,
                 getattr(g, "member_id", None),
                 getattr(g, "member_epoch", -1),
+                stable,
             )
             groups.append({"group_id": g.group_id, "topics": topics, "error_code": err})
         return build(cls, {"throttle_time": 0, "groups": groups})
-    err, topics = _fetch_group(apis, req.group_id, req.topics)
+    err, topics = _fetch_group(
+        apis, req.group_id, req.topics, require_stable=bool(getattr(req, "require_stable", False))
+    )
     return build(cls, {"throttle_time": 0, "topics": topics, "error_code": err})
 
 
@@ -490,6 +535,7 @@ def handle_describe_groups(apis: KafkaApis, ev: Request) -> Any:
     req = ev.request
     cls = response_class(DESCRIBE_GROUPS, ev.api_version)
     gc = apis.group_coordinator
+    include_ops = bool(getattr(req, "include_authorized_operations", False))
     groups = []
     for group_id in req.groups:
         denied = group_error(apis, AclOperation.DESCRIBE, group_id)
@@ -529,7 +575,11 @@ def handle_describe_groups(apis: KafkaApis, ev: Request) -> Any:
                     }
                     for m, i, c, h, md, a in d.members
                 ],
-                "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+                "authorized_operations": (
+                    authorized_operations(apis, ResourceType.GROUP, group_id)
+                    if include_ops and not d.error_code
+                    else AUTHORIZED_OPERATIONS_OMITTED
+                ),
             }
         )
     return build(cls, {"throttle_time": 0, "groups": groups})

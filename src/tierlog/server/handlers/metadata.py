@@ -27,8 +27,14 @@ from tierlog.errors import (
 )
 from tierlog.protocol import api_versions_response
 from tierlog.protocol._writer import encode_entities
-from tierlog.security.acl_checks import create_topic_error, topic_error
-from tierlog.security.authorizer import AclOperation
+from tierlog.security.acl_checks import (
+    AUTHORIZED_OPERATIONS_OMITTED,
+    authorized_operations,
+    cluster_error,
+    create_topic_error,
+    topic_error,
+)
+from tierlog.security.authorizer import CLUSTER_NAME, AclOperation, ResourceType
 from tierlog.server.handlers._build import build
 from tierlog.server.kafka_apis import response_class
 from tierlog.server.replica_manager import INTERNAL_TOPICS
@@ -40,22 +46,45 @@ log = logging.getLogger(__name__)
 
 METADATA = 3
 DESCRIBE_CLUSTER = 60
-#: Kafka's "authorized operations not requested" marker.
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 
-def _brokers(apis: KafkaApis) -> list[dict[str, Any]]:
+def _brokers(apis: KafkaApis, *, listed: bool = False) -> list[dict[str, Any]]:
+    """The live brokers; ``listed``: Metadata's list, where a broker that just left stays a
+    moment (see :mod:`tierlog.cluster.metadata_cache`)."""
     return [
         {"node_id": e.node_id, "broker_id": e.node_id, "host": e.host, "port": e.port,
          "rack": e.rack}
-        for e in apis.alive_brokers()
+        for e in (apis.listed_brokers() if listed else apis.alive_brokers())
     ]  # fmt: skip
 
 
+def cluster_authorized_operations(apis: KafkaApis, requested: bool) -> int:
+    """The cluster's authorized operations for Metadata and DescribeCluster (Kafka's
+    ``KafkaApis``): the omitted marker unless asked, 0 without DESCRIBE on the cluster."""
+    if not requested:
+        return AUTHORIZED_OPERATIONS_OMITTED
+    if cluster_error(apis, AclOperation.DESCRIBE):
+        return 0
+    return authorized_operations(apis, ResourceType.CLUSTER, CLUSTER_NAME)
+
+
 def topic_metadata(
-    apis: KafkaApis, name: str, version: int, *, error_code: int = 0
+    apis: KafkaApis,
+    name: str,
+    version: int,
+    *,
+    error_code: int = 0,
+    include_authorized_operations: bool = False,
 ) -> dict[str, Any]:
-    """The Metadata entry of one existing topic."""
+    """The Metadata entry of one existing topic (with the requester's authorized operations on
+    it when asked, else Kafka's omitted marker)."""
+    entry = _topic_metadata(apis, name, version, error_code)
+    if include_authorized_operations and not entry["error_code"]:
+        entry["topic_authorized_operations"] = authorized_operations(apis, ResourceType.TOPIC, name)
+    return entry
+
+
+def _topic_metadata(apis: KafkaApis, name: str, version: int, error_code: int) -> dict[str, Any]:
     if apis.cluster is not None:
         return _cluster_topic_metadata(apis, name, error_code)
     info = apis.log_manager.topic(name)
@@ -200,12 +229,15 @@ def handle_metadata(apis: KafkaApis, ev: Request) -> Any:
     version = ev.api_version
     allow = bool(getattr(req, "allow_auto_topic_creation", True))
     requested = req.topics
+    topic_ops = bool(getattr(req, "include_topic_authorized_operations", False))
     topics: list[dict[str, Any]] = []
     if requested is None or (version == 0 and not requested):
         for topic_name in _all_topic_names(apis):
             if topic_error(apis, AclOperation.DESCRIBE, topic_name):
                 continue  # hidden from who may not describe it
-            topics.append(topic_metadata(apis, topic_name, version))
+            topics.append(
+                topic_metadata(apis, topic_name, version, include_authorized_operations=topic_ops)
+            )
     else:
         for t in requested:
             name = t.name
@@ -249,17 +281,20 @@ def handle_metadata(apis: KafkaApis, ev: Request) -> Any:
                         {"error_code": code, "name": name, "topic_id": None, "partitions": []}
                     )
                     continue
-            topics.append(topic_metadata(apis, name, version))
+            topics.append(
+                topic_metadata(apis, name, version, include_authorized_operations=topic_ops)
+            )
+    cluster_ops = bool(getattr(req, "include_cluster_authorized_operations", False))
     cls = response_class(METADATA, version)
     return build(
         cls,
         {
             "throttle_time": 0,
-            "brokers": _brokers(apis),
+            "brokers": _brokers(apis, listed=True),
             "cluster_id": apis.cluster_id,
             "controller_id": apis.controller_id,
             "topics": topics,
-            "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+            "cluster_authorized_operations": cluster_authorized_operations(apis, cluster_ops),
         },
     )
 
@@ -289,7 +324,9 @@ def handle_describe_cluster(apis: KafkaApis, ev: Request) -> Any:
             "cluster_id": apis.cluster_id,
             "controller_id": apis.controller_id,
             "brokers": [{**b, "is_fenced": False} for b in _brokers(apis)],
-            "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+            "cluster_authorized_operations": cluster_authorized_operations(
+                apis, bool(getattr(req, "include_cluster_authorized_operations", False))
+            ),
         },
     )
 

@@ -9,6 +9,11 @@ REQUEST_TIMED_OUT (7) after the request's ``timeout``.
 Validation errors are per partition (protocol.md): 2 CORRUPT_MESSAGE, 10 MESSAGE_TOO_LARGE,
 87 INVALID_RECORD, 76 UNSUPPORTED_COMPRESSION_TYPE, 45/47/59 for idempotent producers; an
 idempotent duplicate gets success with the offset of the original append.
+
+Transactional batches (a request with a ``transactional_id``; WRITE on the transactional id
+required) are appended like any other: the log opens the producer's transaction. When the
+replica manager has a ``txn_verifier`` (KIP-890: the partition must have been added to the
+transaction), each partition's append waits for its verdict first.
 """
 
 from __future__ import annotations
@@ -18,11 +23,13 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
 from tierlog.errors import (
-    InvalidRequest,
+    CorruptRecordError,
     InvalidRequiredAcks,
     NotLeaderOrFollower,
+    TransactionalIdAuthorizationFailed,
     UnknownTopicId,
 )
+from tierlog.records.record_batch import TRANSACTIONAL_FLAG_MASK, read_header
 from tierlog.security.acl_checks import cluster_error, topic_error, transactional_id_error
 from tierlog.security.authorizer import AclOperation
 from tierlog.server.handlers._build import build, request_timeout_ms
@@ -48,12 +55,15 @@ def handle_produce(apis: KafkaApis, ev: Request) -> Any:
         code := transactional_id_error(apis, AclOperation.WRITE, req.transactional_id)
     ):
         error = ProducePartitionResult(code)
-    elif req.transactional_id is not None:
+    elif req.transactional_id is None and _has_transactional_batch(req):
+        # Kafka: transactional records need a transactional id the client may write.
         error = ProducePartitionResult(
-            InvalidRequest.error_code,
-            error_message="transactions are not supported by this broker",
+            TransactionalIdAuthorizationFailed.error_code,
+            error_message="transactional records without a transactional id",
         )
     timeout_ms = request_timeout_ms(req)
+    # producer_byte_rate: charged the request's size once appended (read before any await).
+    user, client_id, size = apis.principal.name, ev.client_id, getattr(ev, "size", 0)
     # Partitions whose appends may fsync (flush.messages set) are appended in a thread;
     # acks=-1 partitions wait for their ISR.
     pending: list[tuple[dict[str, Any], Awaitable[ProducePartitionResult]]] = []
@@ -73,7 +83,12 @@ def handle_produce(apis: KafkaApis, ev: Request) -> Any:
             out: dict[str, Any] = {"index": pd.index, "record_errors": ()}
             r = error or missing
             topic = name or ""
-            if r is None and rm.append_in_thread(topic, pd.index):
+            if r is None and req.transactional_id is not None and rm.txn_verifier is not None:
+                aw = _verified_append(
+                    rm, req.transactional_id, topic, pd.index, pd.records, acks, timeout_ms
+                )
+                pending.append((out, aw))
+            elif r is None and rm.append_in_thread(topic, pd.index):
                 aw = rm.append_records_in_thread(
                     topic, pd.index, pd.records, required_acks=acks, internal=internal
                 )
@@ -103,9 +118,14 @@ def handle_produce(apis: KafkaApis, ev: Request) -> Any:
                 raise CloseConnection(f"acks=0 produce failed: {failed[:5]}")
             return None
         leaders = add_current_leaders(apis, topics_out)
+        throttle = apis.client_quotas.throttle_produce(user, client_id, size)
         return build(
             response_class(PRODUCE, ev.api_version),
-            {"responses": topics_out, "node_endpoints": node_endpoints(apis, leaders)},
+            {
+                "responses": topics_out,
+                "node_endpoints": node_endpoints(apis, leaders),
+                "throttle_time": throttle,
+            },
         )
 
     if not pending:
@@ -157,6 +177,48 @@ def node_endpoints(apis: KafkaApis, ids: set[int]) -> list[dict[str, Any]]:
         if e is not None:
             out.append({"node_id": e.node_id, "host": e.host, "port": e.port, "rack": e.rack})
     return out
+
+
+def _has_transactional_batch(req: Any) -> bool:
+    """Whether a partition's batch has the isTransactional attribute (one byte each: the low
+    byte of the attributes at offset 21)."""
+    for t in req.topic_data:
+        for pd in t.partition_data:
+            records = pd.records
+            if records is not None and len(records) > 22 and records[22] & TRANSACTIONAL_FLAG_MASK:
+                return True
+    return False
+
+
+async def _verified_append(
+    rm: ReplicaManager,
+    transactional_id: str,
+    topic: str,
+    index: int,
+    records: bytes | None,
+    acks: int,
+    timeout_ms: int,
+) -> ProducePartitionResult:
+    """KIP-890: ask the verifier whether the partition is in the producer's transaction,
+    then append as usual."""
+    assert rm.txn_verifier is not None
+    if records:
+        try:
+            header = read_header(records)
+        except CorruptRecordError as e:
+            return ProducePartitionResult(e.error_code, error_message=e.message)
+        code = await rm.txn_verifier(
+            transactional_id, header.producer_id, header.producer_epoch, topic, index
+        )
+        if code:
+            return ProducePartitionResult(code)
+    if rm.append_in_thread(topic, index):
+        r = await rm.append_records_in_thread(topic, index, records, required_acks=acks)
+    else:
+        r = rm.append_records(topic, index, records, required_acks=acks)
+    if acks == -1 and not r.error_code and rm.must_wait_for_acks(topic, index, r):
+        r = await rm.wait_for_acks(topic, index, r, timeout_ms)
+    return r
 
 
 async def _acked(

@@ -11,7 +11,10 @@ The ``.indexes`` object (big-endian) — everything seed 001 wants from ONE GET:
 
     magic       4   b"TLIX"
     version     u16 = 1
-    flags       u16   bit 0: the .log object is zstd-chunked (see below)
+    flags       u16   bit 0: the .log object's chunks are zstd-compressed (see below)
+                      bit 1: the .log object's chunks are AES-256-GCM encrypted
+                             (:mod:`object_encryption`; this whole object is then
+                             the body of an encrypted envelope)
     count       u16   number of sections
     toc         count x (type u8, offset u64 from the object start, length u64, crc32c u32)
     toc crc     u32   CRC-32C of all bytes above
@@ -26,7 +29,8 @@ chunk size u32, count u32, count x compressed length u32``. A ranged read of ori
 [a, b] maps to chunks a // chunk_size .. b // chunk_size, i.e. one contiguous byte range of the
 object: still ONE ranged GET (like Aiven's plugin, whose chunk index lives in a manifest).
 Segments holding compressed batches are stored as they are: compressing them again gains
-nothing.
+nothing. Encryption (``rsm.config.encryption.enabled``) always chunks, compressed or not: each
+chunk is then the encrypted (possibly compressed) piece, still one contiguous range per read.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from dataclasses import dataclass
 
 import crc32c
 
-from tierlog.errors import RemoteStorageError
+from tierlog.errors import CorruptRemoteDataError, RemoteStorageError
 from tierlog.records.record_batch import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_CODEC_MASK,
@@ -55,6 +59,7 @@ INDEXES_SUFFIX = ".indexes"
 INDEXES_MAGIC = b"TLIX"
 INDEXES_VERSION = 1
 FLAG_ZSTD_CHUNKED = 0x01
+FLAG_ENCRYPTED_CHUNKS = 0x02
 SECTION_CHUNK_INDEX = 16
 
 _HEAD = struct.Struct(">4sHHH")
@@ -64,7 +69,7 @@ _CHUNK_HEAD = struct.Struct(">QII")
 
 
 def _corrupt(msg: str) -> RemoteStorageError:
-    return RemoteStorageError(f"corrupt remote indexes object: {msg}")
+    return CorruptRemoteDataError(f"corrupt remote indexes object: {msg}")
 
 
 def segment_object_prefix(metadata: RemoteLogSegmentMetadata) -> str:
@@ -155,10 +160,24 @@ def segment_is_compressed(path: os.PathLike[str] | str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class IndexesObject:
-    """A parsed ``.indexes`` object."""
+    """A parsed ``.indexes`` object. ``compressed`` defaults to "chunked" (a chunk index
+    without encryption means zstd chunks, as before encryption existed)."""
 
     indexes: Mapping[IndexType, bytes]
     chunk_index: ChunkIndex | None
+    compressed: bool | None = None
+    encrypted: bool = False
+
+    def __post_init__(self) -> None:
+        if self.compressed is None:  # resolved, so equal objects compare equal
+            object.__setattr__(
+                self, "compressed", self.chunk_index is not None and not self.encrypted
+            )
+
+    @property
+    def zstd(self) -> bool:
+        """Whether the data object's chunks are zstd-compressed."""
+        return bool(self.compressed)
 
     def encode(self) -> bytes:
         sections: list[tuple[int, bytes]] = [
@@ -167,7 +186,10 @@ class IndexesObject:
         flags = 0
         if self.chunk_index is not None:
             sections.append((SECTION_CHUNK_INDEX, self.chunk_index.encode()))
+        if self.zstd:
             flags |= FLAG_ZSTD_CHUNKED
+        if self.encrypted:
+            flags |= FLAG_ENCRYPTED_CHUNKS
         header_size = _HEAD.size + _TOC_ENTRY.size * len(sections) + 4
         toc = [_HEAD.pack(INDEXES_MAGIC, INDEXES_VERSION, flags, len(sections))]
         pos = header_size
@@ -211,9 +233,15 @@ class IndexesObject:
             elif kind <= max(IndexType):
                 indexes[IndexType(kind)] = payload
             # unknown section types are skipped: newer writers may add some
-        if bool(flags & FLAG_ZSTD_CHUNKED) != (chunk_index is not None):
-            raise _corrupt("compression flag and chunk index disagree")
-        return cls(indexes, chunk_index)
+        chunked = bool(flags & (FLAG_ZSTD_CHUNKED | FLAG_ENCRYPTED_CHUNKS))
+        if chunked != (chunk_index is not None):
+            raise _corrupt("compression/encryption flags and chunk index disagree")
+        return cls(
+            indexes,
+            chunk_index,
+            compressed=bool(flags & FLAG_ZSTD_CHUNKED),
+            encrypted=bool(flags & FLAG_ENCRYPTED_CHUNKS),
+        )
 
 
 __all__ = [
