@@ -194,3 +194,40 @@ def test_reads_concurrent_with_deletes(open_log: OpenLog, clock: Clock) -> None:
     assert not errors, errors
     assert reads[0] > 0
     assert log.log_start_offset > 0
+
+
+def test_tiered_deletion_moves_the_local_start_before_the_segments_go(
+    open_log: OpenLog, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While local retention deletes tiered segments, every offset in [log start, log end)
+    stays either below the local log start offset (a fetch reads it from remote storage) or
+    readable locally: a fetch in between never finds it in neither (it answered
+    OFFSET_OUT_OF_RANGE, and consumers reset to the earliest offset)."""
+    log = open_log(
+        make_config(segment_bytes=500, remote_storage_enable="true", local_retention_bytes=1000)
+    )
+    fill_segments(log, 6)
+    log.update_highest_offset_in_remote_storage(log.log_end_offset - 1)  # all tiered
+    doomed = log.segments.values()[:-2]
+    seen: list[tuple[int, int]] = []  # (offset, local log start) found in neither
+    checked = []
+
+    def check_then_delete(delete: Callable[[], None]) -> None:
+        checked.append(log.local_log_start_offset)
+        for offset in range(log.log_start_offset, log.log_end_offset):
+            if offset >= log.local_log_start_offset:
+                try:
+                    log.read(offset, 100)
+                except OffsetOutOfRange:
+                    seen.append((offset, log.local_log_start_offset))
+        delete()
+
+    for s in doomed:
+        monkeypatch.setattr(
+            s, "delete_if_exists", lambda d=s.delete_if_exists: check_then_delete(d)
+        )
+    deleted = log.delete_old_segments()
+    assert deleted >= 1 and len(checked) == deleted
+    assert not seen, seen[:3]
+    assert log.log_start_offset == 0
+    assert log.local_log_start_offset == log.segments.values()[0].base_offset > 0

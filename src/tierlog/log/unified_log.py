@@ -826,11 +826,16 @@ class UnifiedLog(LocalLog):
         log.info(
             "%s: deleting segments %s due to %s", self, [s.base_offset for s in to_delete], reason
         )
-        self._remove_and_delete_segments(to_delete)
-        first_base = self._segments.first_segment_base_offset
-        assert first_base is not None
-        self.producer_state_manager.delete_snapshots_before(first_base)
+        kept = self._segments.higher_segment(to_delete[-1].base_offset)
+        assert kept is not None  # the active segment is never deleted
+        first_base = kept.base_offset
+        # The start offset moves before the segments leave the lookup: a lock-free fetch in
+        # between finds each offset either below the local log start (a tiered one is then
+        # read from remote storage) or in a segment, never in neither -- that answered
+        # OFFSET_OUT_OF_RANGE, and consumers reset to the earliest offset.
         self._increment_start_offset(first_base)
+        self._remove_and_delete_segments(to_delete)
+        self.producer_state_manager.delete_snapshots_before(first_base)
         return len(to_delete)
 
     def _deletable_segments(

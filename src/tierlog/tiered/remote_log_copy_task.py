@@ -92,7 +92,9 @@ class RLMCopyTask(RemoteLogManagerCore):
     def _copy_log_segments_to_remote(self, st: _PartitionState, lg: Log, task: _Task) -> None:
         if st.copied_offset is None:
             st.copied_offset = self._find_highest_remote_offset(st.tp, lg)
-            self._set_highest_remote_offset(st, lg, st.copied_offset)
+        # Every run, not only after a copy: a log swapped in by a log dir move while a copy
+        # of the old one was in flight learns what that copy finished.
+        self._set_highest_remote_offset(st, lg, st.copied_offset)
         if not lg.config.compact:
             self._copy_candidates(st, lg, task, self._candidates(st, lg, lg.last_stable_offset))
             return
@@ -200,12 +202,16 @@ class RLMCopyTask(RemoteLogManagerCore):
             txn_idx_empty=txn_idx_empty,
         )
         m = st.metrics
+        snapshot = lg.producer_state_manager.snapshot_file_for(next_base)
+        if lg.closed:
+            # Swapped out by a log dir move (its dir renamed): the next run copies the segment
+            # from the log that replaced it, with its producer snapshot.
+            raise _CopyAborted
         with st.lock:
             st.being_copied.add(segment_id.id)  # before STARTED: expiration must skip it
         tmp_dir: tempfile.TemporaryDirectory[str] | None = None
         try:
             self.rlmm.add_remote_log_segment_metadata(metadata)
-            snapshot = lg.producer_state_manager.snapshot_file_for(next_base)
             if snapshot is None or not snapshot.exists():
                 # No snapshot at the boundary (e.g. lost in a crash): ship an empty one, as a
                 # follower restoring from this segment then rebuilds producer state itself.
