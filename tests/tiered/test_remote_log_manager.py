@@ -77,6 +77,37 @@ def test_copies_rolled_segments_oldest_first_never_the_active_one(world: World) 
     assert md.max_timestamp_ms == segments[0].largest_timestamp
 
 
+def test_a_log_swapped_out_by_a_move_is_not_copied_from_and_its_successor_takes_over(
+    world: World,
+) -> None:
+    """A JBOD move closes the log (then renames its dir) while the copy task may hold it: no
+    upload from the closed log (no empty producer snapshot shipped); the log that replaced it
+    gets the highest remote offset at the next run, then copies the rest."""
+    from tierlog.log.log import Log
+
+    world.fill_segments(3)
+    world.rlm.run_copy(world.tp)
+    copied = world.log.highest_offset_in_remote_storage
+    assert copied > 0
+    world.fill_segments(5)
+    old = world.log
+    old.close()  # swapped out: the lookup still returns it until the move is done
+    world.rlm.run_copy(world.tp)
+    assert states(world)[-1] == (
+        old.segments.values()[1].base_offset,
+        copied,
+        "COPY_SEGMENT_FINISHED",
+    )
+    assert len(world.rsm.events_of(EventType.COPY_SEGMENT)) == 2
+    new = Log.open(old.dir, world.topic_config, topic_id=TOPIC_ID, time_ms=world.clock)
+    world.logs[world.tp] = new
+    assert new.highest_offset_in_remote_storage == -1
+    world.rlm.run_copy(world.tp)
+    segments = new.segments.values()
+    assert new.highest_offset_in_remote_storage == segments[-1].base_offset - 1 > copied
+    assert [s[2] for s in states(world)] == ["COPY_SEGMENT_FINISHED"] * (len(segments) - 1)
+
+
 def test_only_segments_below_the_last_stable_offset_are_copied(world: World) -> None:
     world.fill_segments(4)
     segments = world.log.segments.values()

@@ -203,16 +203,18 @@ class RLMCopyTask(RemoteLogManagerCore):
         )
         m = st.metrics
         snapshot = lg.producer_state_manager.snapshot_file_for(next_base)
+        no_snapshot = snapshot is None or not snapshot.exists()
         if lg.closed:
-            # Swapped out by a log dir move (its dir renamed): the next run copies the segment
-            # from the log that replaced it, with its producer snapshot.
+            # Swapped out by a log dir move (closed, then its dir renamed: looked at after the
+            # snapshot, so a snapshot missing for that reason is seen here): the next run
+            # copies the segment from the log that replaced it, with its producer snapshot.
             raise _CopyAborted
         with st.lock:
             st.being_copied.add(segment_id.id)  # before STARTED: expiration must skip it
         tmp_dir: tempfile.TemporaryDirectory[str] | None = None
         try:
             self.rlmm.add_remote_log_segment_metadata(metadata)
-            if snapshot is None or not snapshot.exists():
+            if snapshot is None or no_snapshot:
                 # No snapshot at the boundary (e.g. lost in a crash): ship an empty one, as a
                 # follower restoring from this segment then rebuilds producer state itself.
                 log.warning("%s: no producer snapshot at %d; uploading an empty one", tp, next_base)
