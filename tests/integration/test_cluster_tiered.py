@@ -5,7 +5,8 @@ What is shown: the replicated ``__remote_log_metadata``; only leaders upload, an
 drops its tiered local segments; a replica whose disk is wiped rejoins the ISR from the
 leader's local log start, never fetching tiered data; after the leader is SIGKILLed the new
 leader serves the whole partition from offset 0, byte-identical, and keeps tiering from where
-the old one stopped; a deleted topic's remote data goes, on every broker.
+the old one stopped; a deleted topic's remote data goes, on every broker, and so does a
+topic's once ``remote.storage.enable`` is turned off (KIP-950).
 
 The cluster is shared by the tests of a store kind (each uses its own topics); a test that
 kills or wipes a broker starts it again and waits for the ISRs to heal before it ends.
@@ -21,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import NewTopic
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from tests.broker_process import BrokerProcess
 from tests.integration.cluster_support import Cluster, wait_for
@@ -117,8 +118,8 @@ def _produce(bootstrap: str, topic: str, values: list[bytes]) -> list[int]:
     return offsets
 
 
-def _consume_all(bootstrap: str, topic: str, n: int) -> list[tuple[int, bytes]]:
-    """(offset, value) of the first ``n`` records of partition 0, read from offset 0."""
+def _consume_all(bootstrap: str, topic: str, n: int, offset: int = 0) -> list[tuple[int, bytes]]:
+    """(offset, value) of the first ``n`` records of partition 0, read from ``offset``."""
     c = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -127,7 +128,7 @@ def _consume_all(bootstrap: str, topic: str, n: int) -> list[tuple[int, bytes]]:
             "fetch.wait.max.ms": 100,
         }
     )
-    c.assign([TopicPartition(topic, 0, 0)])
+    c.assign([TopicPartition(topic, 0, offset)])
     out: list[tuple[int, bytes]] = []
     try:
 
@@ -320,6 +321,60 @@ def test_deleted_topic_leaves_nothing_remote_or_cached(
         return True
 
     wait_for(f"{topic}: remote objects, caches and local logs gone", gone, 120)
+
+
+def test_disabling_remote_storage_deletes_the_remote_data_on_every_broker(
+    env: tuple[Cluster, RemoteStore],
+) -> None:
+    """KIP-950 in a cluster: turning ``remote.storage.enable`` off is refused without
+    ``remote.log.delete.on.disable=true`` (INVALID_CONFIG, the data stays); with it, the
+    remote data goes (deleted by the active controller's broker) and every replica's log
+    starts at its local log start, which a consumer from the earliest offset then reads."""
+    c, store = env
+    topic = f"disabled-{uuid.uuid4().hex[:8]}"
+    _tiered_topic(c, topic)
+    values = _values("x", 300)
+    _produce(c.bootstrap, topic, values)
+    _wait_tiered_everywhere(c, topic, 300)
+    keys = _remote_segment_keys(store, topic)
+    assert keys
+    admin = c.admin()  # kept alive until the results are in
+
+    def alter(**configs: str) -> None:
+        entries = [
+            ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET)
+            for k, v in configs.items()
+        ]
+        res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=entries)
+        for f in admin.incremental_alter_configs([res]).values():
+            f.result(30)
+
+    with pytest.raises(KafkaException) as refused:
+        alter(remote_storage_enable="false")
+    assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG
+    assert "delete.on.disable" in refused.value.args[0].str()
+    assert _remote_segment_keys(store, topic) == keys
+    alter(remote_storage_enable="false", remote_log_delete_on_disable="true")
+    wait_for(
+        f"{topic}: remote objects gone",
+        lambda: not any(k.startswith(f"{topic}-") for k in store.list_keys()),
+        120,
+    )
+
+    def starts_locally() -> int | None:
+        earliest = _list_offset(c.bootstrap, topic, -2)
+        local = _list_offset(c.bootstrap, topic, -4)
+        return earliest if earliest == local > 0 else None
+
+    earliest = wait_for(f"{topic}: the log start at the local log start", starts_locally, 60)
+    # Every replica: its log starts at its first local segment, none below it.
+    for b in c.brokers:
+        segments = _local_segments(c, b, topic)
+        assert segments and segments[0] > 0, (b, segments)
+    assert (
+        _consume_all(c.bootstrap, topic, 300 - earliest, offset=earliest)
+        == list(enumerate(values))[earliest:]
+    )
 
 
 def test_leader_killed_mid_upload_leaves_no_orphan(env: tuple[Cluster, RemoteStore]) -> None:

@@ -86,6 +86,7 @@ class ZkBroker:
         self._replica_manager: Any = None
         self._on_partition_change: list[Callable[[PartitionChange, Partition | None], None]] = []
         self._on_topic_change: list[Callable[[TopicMetadata, bool], None]] = []
+        self._on_topic_configs: list[Callable[[TopicMetadata, dict[str, str]], None]] = []
         self.fetchers = ReplicaFetcherManager(
             fetcher_config, self.broker_address, client_factory, self._fetched
         )
@@ -117,6 +118,11 @@ class ZkBroker:
         """Call ``cb(topic, deleted)`` (on the loop) after a topic's configs changed
         (``deleted`` False) or after it was deleted (True; its replicas here are gone)."""
         self._on_topic_change.append(cb)
+
+    def on_topic_configs_changed(self, cb: Callable[[TopicMetadata, dict[str, str]], None]) -> None:
+        """Call ``cb(topic, old overrides)`` (on the loop) after a topic's configs changed in
+        ZooKeeper, whether this broker hosts it or not (after its logs took them)."""
+        self._on_topic_configs.append(cb)
 
     def _notify_topic(self, t: TopicMetadata, deleted: bool) -> None:
         for cb in self._on_topic_change:
@@ -356,19 +362,27 @@ class ZkBroker:
         t = self.metadata.topic(name)
         if t is None or dict(t.configs) == configs:
             return
+        old = dict(t.configs)
         self.metadata.set_topic_configs(name, configs)
         rm = self._replica_manager
-        if rm is None or rm.log_manager.topic(name) is None:
-            return
-        try:
-            rm.log_manager.alter_topic_config(name, configs, incremental=False)
-            log.info("topic %s configs now %s", name, configs)
-        except Exception as e:
-            log.error("cannot apply the configs of topic %s: %s", name, e)
-            return
+        if rm is not None and rm.log_manager.topic(name) is not None:
+            try:
+                rm.log_manager.alter_topic_config(name, configs, incremental=False)
+                log.info("topic %s configs now %s", name, configs)
+            except Exception as e:
+                log.error("cannot apply the configs of topic %s: %s", name, e)
+                return
+            t = self.metadata.topic(name)
+            if t is not None:
+                self._notify_topic(t, False)
         t = self.metadata.topic(name)
-        if t is not None:
-            self._notify_topic(t, False)
+        if t is None:
+            return
+        for cb in self._on_topic_configs:
+            try:
+                cb(t, old)
+            except Exception:
+                log.exception("topic config listener failed for %s", name)
 
     def _watch_state(self, name: str, partition: int) -> None:
         def state_changed(data: bytes | None, version: int | None) -> None:

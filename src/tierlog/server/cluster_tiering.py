@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from tierlog.server.remote_log_metadata_publisher import REMOTE_LOG_METADATA_TOPIC_NAME
@@ -66,7 +66,8 @@ def follow_roles(
     """Every applied partition state of a tiered topic tells tiered storage this broker's role
     (leader, follower, or none); a topic's config change re-announces its partitions (remote
     storage turned on); a deleted topic's remote data is deleted by the active controller's
-    broker and forgotten by the others."""
+    broker and forgotten by the others; so is a topic's once ``remote.storage.enable`` is
+    turned off with ``remote.log.delete.on.disable=true``."""
     from tierlog.tiered.remote_log_segment_metadata import TopicIdPartition
 
     def role(change: PartitionChange, p: Partition | None) -> None:
@@ -95,8 +96,30 @@ def follow_roles(
             if p is not None and p.log.remote_log_enabled:
                 tiered.partition_changed(TopicIdPartition(t.topic_id, t.name, index), p.is_leader)
 
+    def configs_changed(t: TopicMetadata, old: dict[str, str]) -> None:
+        if t.topic_id is None or not _remote_storage_disabled(old, t.configs):
+            return
+        tiered.remote_storage_disabled_in_cluster(
+            t.name, t.topic_id, len(t.partitions), controller=controller_active()
+        )
+
     zk_broker.on_partition_change(role)
     zk_broker.on_topic_change(topic)
+    zk_broker.on_topic_configs_changed(configs_changed)
+
+
+def _remote_storage_disabled(old: Mapping[str, str], new: Mapping[str, str]) -> bool:
+    """``remote.storage.enable`` turned off with ``remote.log.delete.on.disable=true`` (the
+    only way AlterConfigs lets it off: KIP-950)."""
+
+    def on(configs: Mapping[str, str], key: str) -> bool:
+        return configs.get(key, "false").strip().lower() == "true"
+
+    return (
+        on(old, "remote.storage.enable")
+        and not on(new, "remote.storage.enable")
+        and on(new, "remote.log.delete.on.disable")
+    )
 
 
 async def rebuild_from_remote_storage(

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tierlog.errors import KafkaStorageError, RemoteStorageError
+from tierlog.errors import ApiError, KafkaStorageError, RemoteStorageError
 from tierlog.log import log_file_utils as lfu
 from tierlog.log.partition_metadata_file import kafka_str_to_uuid, uuid_to_kafka_str
 from tierlog.server.remote_log_metadata_publisher import (
@@ -524,6 +524,45 @@ class TieredStorage:
         else:
             self._submit(self._forget, tps)
 
+    def remote_storage_disabled_in_cluster(
+        self, name: str, topic_id: uuid.UUID, num_partitions: int, *, controller: bool
+    ) -> None:
+        """(Cluster) ``remote.storage.enable`` was turned off with
+        ``remote.log.delete.on.disable=true`` (KIP-950). The active controller's broker
+        deletes the topic's remote data (recorded first, resumed after a restart, as a
+        deleted topic's); every broker stops tiering its partitions and moves each hosted
+        log's start offset up to its local log start offset (the remote part is no longer
+        the partition's)."""
+        tps = [TopicIdPartition(topic_id, name, p) for p in range(num_partitions)]
+        with self._roles_lock:
+            for tp in tps:
+                self._roles.pop(tp, None)
+        if controller:
+            deletion = PendingDeletion(name, topic_id, tuple(range(num_partitions)), REASON_DISABLE)
+            try:
+                self.pending.add(deletion)
+            except OSError as e:
+                log.error("cannot record the remote deletion of %s: %s", deletion, e)
+            self._submit_deletion(deletion)
+        else:
+            self._submit(self._forget_tiered_part, tps)
+
+    def _forget_tiered_part(self, tps: list[TopicIdPartition]) -> None:
+        self._forget(tps)
+        self._start_at_local_log_start(tps)
+
+    def _start_at_local_log_start(self, tps: list[TopicIdPartition]) -> None:
+        """Remote storage turned off: each hosted log starts where its local part does."""
+        for tp in tps:
+            lg = self.log_lookup(tp)
+            if lg is None or lg.remote_log_enabled:
+                continue
+            try:
+                lg.maybe_increment_log_start_offset(lg.local_log_start_offset)
+            except ApiError as e:  # above the high watermark (a follower behind): later
+                log.warning("%s: log start offset not moved to %d: %s",
+                            tp, lg.local_log_start_offset, e)  # fmt: skip
+
     def _forget(self, tps: list[TopicIdPartition]) -> None:
         try:
             self.rlm.stop_partitions(tps, delete=False)
@@ -626,10 +665,7 @@ class TieredStorage:
                 )
                 return
             if deletion.reason == REASON_DISABLE:
-                for tp in tps:
-                    lg = self.log_lookup(tp)
-                    if lg is not None and not lg.remote_log_enabled:
-                        lg.maybe_increment_log_start_offset(lg.local_log_start_offset)
+                self._start_at_local_log_start(tps)
             with self._retry_lock:
                 self._retry_at.pop(deletion, None)
             self.pending.remove(deletion)
