@@ -5,7 +5,10 @@
   checks), rebalances and their timers.
 * :mod:`~tierlog.coordinator.group.group_metadata_manager` -- :class:`GroupMetadataManager`:
   the groups cache, the ``__consumer_offsets`` partitions this broker owns and their loading,
-  storing group metadata and offsets, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups.
+  the appends to them, storing group metadata, ListGroups, DescribeGroups, DeleteGroups.
+* :mod:`~tierlog.coordinator.group.offset_metadata_manager` -- :class:`OffsetMetadataManager`:
+  storing committed offsets (OffsetCommit, TxnOffsetCommit and its pending offsets),
+  OffsetFetch, OffsetDelete.
 * :mod:`~tierlog.coordinator.group.group_metadata` -- :class:`GroupMetadata`: one group's
   state machine and bookkeeping; :mod:`~tierlog.coordinator.group.member_metadata` -- one
   member (:class:`MemberMetadata`) and the answers it awaits.

@@ -4,9 +4,11 @@ What it does (Kafka's ``GroupCoordinator``, classic protocol): JoinGroup / SyncG
 Heartbeat / LeaveGroup drive each group through the state machine of
 :mod:`tierlog.coordinator.group.group_metadata`; OffsetCommit checks the committing member.
 The groups, their persistence in ``__consumer_offsets``, the partitions this broker owns, and
-OffsetFetch / ListGroups / DescribeGroups / DeleteGroups are the
+ListGroups / DescribeGroups / DeleteGroups are the
 :class:`~tierlog.coordinator.group.group_metadata_manager.GroupMetadataManager`'s
-(:attr:`GroupCoordinator.group_manager`). The API takes and returns plain Python values; the
+(:attr:`GroupCoordinator.group_manager`); storing offsets, OffsetFetch and OffsetDelete the
+:class:`~tierlog.coordinator.group.offset_metadata_manager.OffsetMetadataManager`'s
+(:attr:`GroupCoordinator.offset_manager`). The API takes and returns plain Python values; the
 request handlers translate kio messages to and from them.
 
 Timing (all timers are ``loop.call_later``/``call_at``; ``time_ms`` only stamps records):
@@ -45,10 +47,7 @@ from typing import Any
 from tierlog.coordinator.group.consumer_group import ConsumerGroupConfig, TopicImage
 from tierlog.coordinator.group.consumer_group_coordinator import ConsumerGroupCoordinator
 from tierlog.coordinator.group.group_metadata import GroupMetadata, GroupState
-from tierlog.coordinator.group.group_metadata_manager import (
-    OFFSET_METADATA_MAX_SIZE,
-    GroupMetadataManager,
-)
+from tierlog.coordinator.group.group_metadata_manager import GroupMetadataManager
 from tierlog.coordinator.group.member_metadata import (
     JoinCallback,
     JoinResult,
@@ -56,6 +55,10 @@ from tierlog.coordinator.group.member_metadata import (
     SyncCallback,
     SyncResult,
     dedupe_protocols,
+)
+from tierlog.coordinator.group.offset_metadata_manager import (
+    OFFSET_METADATA_MAX_SIZE,
+    OffsetMetadataManager,
 )
 from tierlog.coordinator.offset_store import OffsetStore
 from tierlog.errors import (
@@ -133,9 +136,14 @@ class GroupCoordinator:
             store,
             spawn=self._spawn,
             offsets_topic_num_partitions=offsets_topic_num_partitions,
-            offset_metadata_max_bytes=offset_metadata_max_bytes,
             time_ms=time_ms,
             topics=topics,
+        )
+        #: The groups' committed and pending offsets (Kafka's ``OffsetMetadataManager``).
+        self.offset_manager = OffsetMetadataManager(
+            self.group_manager,
+            offset_metadata_max_bytes=offset_metadata_max_bytes,
+            time_ms=time_ms,
         )
         #: KIP-848 consumer groups (ConsumerGroupHeartbeat, ConsumerGroupDescribe).
         self.consumer_groups = ConsumerGroupCoordinator(
@@ -823,7 +831,7 @@ class GroupCoordinator:
                 consumer_group.validate_offset_commit(member_id, generation_id)
             except ApiError as exc:
                 return dict.fromkeys(offsets, exc.error_code)
-            return await manager.store_offsets(consumer_group, offsets)
+            return await self.offset_manager.store_offsets(consumer_group, offsets)
         group = manager.get_group(group_id)
         if group is None:
             if generation_id >= 0:
@@ -834,7 +842,7 @@ class GroupCoordinator:
         member = group.members.get(member_id)
         if member is not None:
             self._schedule_heartbeat(group, member)
-        return await manager.store_offsets(group, offsets)
+        return await self.offset_manager.store_offsets(group, offsets)
 
     async def commit_txn_offsets(
         self,
@@ -861,14 +869,16 @@ class GroupCoordinator:
             return dict.fromkeys(offsets, err)
         if generation_id >= 0 and generation_id != group.generation_id:
             return dict.fromkeys(offsets, IllegalGeneration.error_code)
-        return await manager.store_txn_offsets(group, producer_id, producer_epoch, offsets)
+        return await self.offset_manager.store_txn_offsets(
+            group, producer_id, producer_epoch, offsets
+        )
 
     def on_transaction_completed(
         self, producer_id: int, partitions: list[int], commit: bool
     ) -> None:
         """The transaction coordinator's marker reached these ``__consumer_offsets``
         partitions (ReplicaManager's ``txn_completion_listeners``)."""
-        self.group_manager.handle_txn_completion(producer_id, partitions, commit)
+        self.offset_manager.handle_txn_completion(producer_id, partitions, commit)
 
     # ================================================================== helpers
 
