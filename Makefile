@@ -29,7 +29,14 @@ JS_STAMP := tests/integration/js/node_modules/.package-lock.json
 $(JS_STAMP): tests/integration/js/package.json tests/integration/js/package-lock.json
 	npm ci --prefix tests/integration/js --no-audit --no-fund
 
-test: $(STAMP) $(JS_STAMP)
+# quixstreams in a venv of its own (its confluent-kafka pin clashes with ours), from PyPI; the quix
+# test makes it too when it is missing (tests/integration/quix_venv.py).
+QUIX_STAMP := .cache/quixstreams-venv/.requirements
+$(QUIX_STAMP): tests/integration/quix/requirements.txt $(STAMP)
+	$(BIN)/python -m tests.integration.quix_venv
+	touch $@
+
+test: $(STAMP) $(JS_STAMP) $(QUIX_STAMP)
 	scripts/check
 
 example: $(STAMP)
@@ -40,4 +47,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) data
+	rm -rf $(VENV) data .cache

@@ -30,6 +30,7 @@ from typing import Any
 
 from tierlog.coordinator.group.group_coordinator import GroupCoordinator
 from tierlog.coordinator.group.group_records import OffsetCommitKey, OffsetCommitValue
+from tierlog.coordinator.offset_store import StoredBatch
 from tierlog.log.cleaner import Cleaner
 from tierlog.log.log import Log
 from tierlog.log.log_cleaner_manager import LogCleanerManager
@@ -62,6 +63,10 @@ class LogStore:
 
     def replay(self, partition: int) -> Iterable[tuple[bytes, bytes | None]]:
         return self._iter()
+
+    def replay_batches(self, partition: int) -> Iterable[StoredBatch]:
+        # the bench writes no transactional or control batches: one batch per record
+        return (StoredBatch([record]) for record in self._iter())
 
     def _iter(self) -> Iterator[tuple[bytes, bytes | None]]:
         def stop(offset: int, e: Exception) -> None:
@@ -108,7 +113,7 @@ def restore(dir: Path) -> tuple[float, Any]:
     t0 = time.perf_counter()
     asyncio.run(coordinator.start())
     elapsed = time.perf_counter() - t0
-    state = {g: dict(group.offsets) for g, group in coordinator._groups.items()}
+    state = {g.group_id: dict(g.offsets) for g in coordinator.group_manager.current_groups()}
     lg.close()
     return elapsed, state
 

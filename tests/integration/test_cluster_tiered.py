@@ -279,6 +279,10 @@ def test_new_leader_after_sigkill_serves_everything_and_keeps_tiering(
             lambda: (lead := c.leader(topic, 0)) not in (old, -1) and lead,
             60,
         )
+        # Metadata lists a departed broker for a few seconds more (never as a leader; see
+        # tierlog.cluster.metadata_cache), and kafka-python's admin sends ListOffsets'
+        # Metadata to any listed broker without trying another: wait until it is unlisted.
+        wait_for(f"Metadata to stop listing broker {old}", lambda: old not in c.live_ids(), 30)
         # The whole partition from offset 0 through the new leader, byte for byte.
         assert _consume_all(c.bootstrap, topic, 300) == list(enumerate(first))
         segments_before = len(_remote_segment_keys(store, topic))

@@ -115,3 +115,53 @@ def test_collect_matches_a_linear_oracle(
         t for t in prefix if t.last_offset >= start and t.first_offset < upper
     ]
     assert result.is_complete == (cut is not None)
+
+
+# Entries as a log appends them: markers (last offsets) increasing; any first offset below the
+# marker; any LSO (the search must not rely on LSO <= last offset + 1 for its exact answer).
+ordered_txns = st.lists(
+    st.tuples(st.integers(0, 5), st.integers(1, 6), st.integers(0, 12), st.integers(0, 90)),
+    max_size=25,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    steps=ordered_txns,
+    fetch=st.integers(0, 100),
+    length=st.integers(-5, 60),
+    reopen=st.booleans(),
+)
+def test_the_index_search_is_kafkas_scan(
+    tmp_path_factory: pytest.TempPathFactory,
+    steps: list[tuple[int, int, int, int]],
+    fetch: int,
+    length: int,
+    reopen: bool,
+) -> None:
+    """The bisected search (O(log n + k)) answers what Kafka's linear scan answers, for any
+    range (also an empty or inverted one), after appends or after loading the file."""
+    path = tmp_path_factory.mktemp("txn") / "00000000000000000000.txnindex"
+    index = TransactionIndex(path, 0)
+    last = 0
+    aborted = []
+    for pid, gap, span, lso in steps:
+        last += gap
+        txn = AbortedTxn(pid, max(0, last - span), last, lso)
+        index.append(txn)
+        aborted.append(txn)
+    if reopen:
+        index = TransactionIndex(path, 0)
+    upper = fetch + length
+    assert index.collect_aborted_txns(fetch, upper) == collect_aborted_txns(aborted, fetch, upper)
+
+
+def test_a_file_whose_markers_do_not_increase_is_scanned(tmp_path: Path) -> None:
+    path = tmp_path / "00000000000000000000.txnindex"
+    entries = [AbortedTxn(1, 10, 20, 21), AbortedTxn(2, 0, 5, 6), AbortedTxn(3, 30, 40, 41)]
+    path.write_bytes(b"".join(t.encode() for t in entries))
+    index = TransactionIndex(path, 0)
+    for fetch, upper in [(0, 50), (6, 22), (21, 35), (3, 4)]:
+        assert index.collect_aborted_txns(fetch, upper) == collect_aborted_txns(
+            entries, fetch, upper
+        )

@@ -3,12 +3,9 @@ from pathlib import Path
 import pytest
 
 from tierlog.errors import ConfigError
-from tierlog.server.kafka_config import (
-    BROKER_CONFIGS,
-    Endpoint,
-    KafkaConfig,
-    parse_properties,
-)
+from tierlog.server.config.properties import parse_properties
+from tierlog.server.config.socket_server_configs import Endpoint
+from tierlog.server.kafka_config import BROKER_CONFIGS, KafkaConfig
 
 # --------------------------------------------------------------------------- properties syntax
 

@@ -204,7 +204,8 @@ def test_broker_properties_are_a_real_clusters() -> None:
         zookeeper_connect="127.0.0.1:2181/tierlog",
         brokers=3,
     )
-    from tierlog.server.kafka_config import KafkaConfig, parse_properties
+    from tierlog.server.config.properties import parse_properties
+    from tierlog.server.kafka_config import KafkaConfig
 
     props = parse_properties(text)
     assert props["broker.id"] == "2" and props["zookeeper.connect"] == "127.0.0.1:2181/tierlog"

@@ -17,15 +17,27 @@ that started below the bound is already listed.
 
 Files: the index holds no descriptor. Aborts are rare, so an append opens the file, writes
 one entry and closes it (the flush fsyncs it if it was written since the last flush), and a
-search reads the whole file once and keeps its bytes (replaced, never mutated, so readers need
-no lock). A segment without aborts has no ``.txnindex`` file at all and costs no system call
-after its first search. Thread-safety: one writer (under the log's lock) and any number of
-readers.
+search reads the whole file once and keeps its entries in memory. A segment without aborts has
+no ``.txnindex`` file at all and costs no system call after its first search.
+
+Searches: every read_committed Fetch searches the index of the segment it reads, so a search
+costs O(log n + k), not a scan of the segment's n entries: the entries' last offsets increase
+(markers are appended in log order), so a bisection finds the first entry that can overlap the
+range; the ones before it end below the fetch offset, and only their largest LSO matters (kept
+as a running maximum): at or past the upper bound, Kafka's scan would have stopped there, with
+nothing found. The result is Kafka's ``collectAbortedTxns`` exactly (:func:`collect_aborted_txns`
+is that scan, the reference).
+
+Thread-safety: one writer (under the log's lock) and any number of readers, without a lock:
+an append adds to the in-memory lists in place (the search keys before the entry, so a reader
+that took the number of entries finds their keys), a truncation replaces them.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import itertools
 import os
 import struct
 from collections.abc import Iterator
@@ -149,6 +161,48 @@ class AbortedTxnFilter:
         )
 
 
+class _SearchableTxns:
+    """A segment's aborted transactions, in marker order, with their search keys: the last
+    offsets and the running maximum of the LSOs (see the module docstring)."""
+
+    __slots__ = ("entries", "last_offsets", "max_lso", "ordered")
+
+    def __init__(self, entries: list[AbortedTxn]) -> None:
+        self.last_offsets = [t.last_offset for t in entries]
+        self.max_lso: list[int] = []
+        top = -1
+        for t in entries:
+            top = max(top, t.last_stable_offset)
+            self.max_lso.append(top)
+        # A file whose markers do not increase (not one this log or Kafka writes) is searched
+        # by Kafka's scan.
+        self.ordered = all(a < b for a, b in itertools.pairwise(self.last_offsets))
+        self.entries = entries
+
+    def append(self, txn: AbortedTxn) -> None:
+        """Add an entry whose last offset is above every other's (the caller checked)."""
+        self.last_offsets.append(txn.last_offset)
+        self.max_lso.append(max(txn.last_stable_offset, self.max_lso[-1] if self.max_lso else -1))
+        self.entries.append(txn)
+
+    def collect(self, fetch_offset: int, upper_bound_offset: int) -> TxnIndexSearchResult:
+        entries = self.entries
+        n = len(entries)  # first: an append meanwhile has added its keys before its entry
+        if not self.ordered:
+            return collect_aborted_txns(entries[:n], fetch_offset, upper_bound_offset)
+        start = bisect.bisect_left(self.last_offsets, fetch_offset, 0, n)
+        if start and self.max_lso[start - 1] >= upper_bound_offset:
+            return TxnIndexSearchResult([], True)
+        found = []
+        for i in range(start, n):
+            txn = entries[i]
+            if txn.first_offset < upper_bound_offset:  # (its last offset is >= fetch_offset)
+                found.append(txn)
+            if txn.last_stable_offset >= upper_bound_offset:
+                return TxnIndexSearchResult(found, True)
+        return TxnIndexSearchResult(found, False)
+
+
 class TransactionIndex:
     """The ``.txnindex`` of one segment. See the module docstring for thread-safety."""
 
@@ -157,7 +211,7 @@ class TransactionIndex:
         self._path = Path(path)
         self.base_offset = base_offset
         #: The file's entries, loaded on first use (None: not read yet).
-        self._entries: list[AbortedTxn] | None = None if exists is not False else []
+        self._txns: _SearchableTxns | None = None if exists is not False else _SearchableTxns([])
         self._dirty = False
 
     @property
@@ -167,16 +221,20 @@ class TransactionIndex:
     def __repr__(self) -> str:
         return f"TransactionIndex({str(self._path)!r})"
 
-    def _load(self) -> list[AbortedTxn]:
-        entries = self._entries
-        if entries is None:
+    def _searchable(self) -> _SearchableTxns:
+        txns = self._txns
+        if txns is None:
             try:
                 data = self._path.read_bytes()
             except FileNotFoundError:
                 data = b""
-            entries = decode_aborted_txns(data, str(self._path))
-            self._entries = entries
-        return entries
+            txns = _SearchableTxns(decode_aborted_txns(data, str(self._path)))
+            self._txns = txns
+        return txns
+
+    def _load(self) -> list[AbortedTxn]:
+        """The entries (appended to in place: copy before iterating where that matters)."""
+        return self._searchable().entries
 
     def all_aborted_txns(self) -> list[AbortedTxn]:
         """Every entry, in file order.
@@ -197,7 +255,8 @@ class TransactionIndex:
             ValueError: ``txn.last_offset`` is not above the last entry's.
             OSError: the write failed.
         """
-        entries = self._load()
+        txns = self._searchable()
+        entries = txns.entries
         if entries and txn.last_offset <= entries[-1].last_offset:
             raise ValueError(
                 f"the last offset of appended transactions must increase sequentially, but "
@@ -209,7 +268,7 @@ class TransactionIndex:
             os.write(fd, txn.encode())
         finally:
             os.close(fd)
-        self._entries = [*entries, txn]
+        txns.append(txn)
         self._dirty = True
 
     def collect_aborted_txns(
@@ -222,10 +281,10 @@ class TransactionIndex:
             CorruptIndexError: the file is corrupt.
             OSError: it cannot be read.
         """
-        return collect_aborted_txns(self._load(), fetch_offset, upper_bound_offset)
+        return self._searchable().collect(fetch_offset, upper_bound_offset)
 
     def __iter__(self) -> Iterator[AbortedTxn]:
-        return iter(self._load())
+        return iter(list(self._load()))
 
     def truncate_to(self, offset: int) -> None:
         """Remove the entries whose marker is at or after ``offset``.
@@ -249,7 +308,7 @@ class TransactionIndex:
                 f.truncate()
         else:
             self._path.unlink(missing_ok=True)
-        self._entries = entries
+        self._txns = _SearchableTxns(entries)
         self._dirty = True
 
     def flush(self) -> None:
@@ -270,7 +329,7 @@ class TransactionIndex:
         """Raises:
         CorruptIndexError: the size is not a multiple of 34 or an entry's version is unknown.
         """
-        self._entries = None
+        self._txns = None
         self._load()
 
     def rename_to(self, path: Path) -> None:

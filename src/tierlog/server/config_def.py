@@ -5,7 +5,8 @@
 :func:`parse_config_value` turns the raw string of a ``server.properties`` line into the typed
 value (Kafka trims every value first) and :func:`format_config_value` turns it back for
 DescribeConfigs. The tables themselves live beside what they configure:
-:mod:`tierlog.server.kafka_config` (broker, logs, groups, tiered storage) and
+the per-area modules of :mod:`tierlog.server.config` (broker, logs, groups, tiered storage)
+and
 :mod:`tierlog.security.security_config` (listeners' TLS and SASL).
 
 Pure functions and frozen values; thread-safe.

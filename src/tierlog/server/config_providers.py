@@ -41,6 +41,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from tierlog.errors import ConfigError
+from tierlog.server.config.properties import parse_properties
 
 __all__ = [
     "CONFIG_PROVIDERS",
@@ -91,8 +92,6 @@ def _file_provider(name: str, params: Mapping[str, str]) -> Lookup:
     cache: dict[str, dict[str, str]] = {}
 
     def lookup(path: str | None, key: str) -> str:
-        from tierlog.server.kafka_config import parse_properties
-
         if not path:
             raise LookupError("the file provider needs a path: ${file:/path/to/file:key}")
         if not allowed(Path(path)):

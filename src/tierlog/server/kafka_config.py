@@ -2,15 +2,20 @@
 
 Sources, later wins: the built-in defaults, a properties file (``--config``), then
 ``--override key=value`` pairs. The file uses ``java.util.Properties`` syntax (see
-:func:`parse_properties`). Every key must be known: an unknown key or a value that does not
-parse or validate raises :class:`~tierlog.errors.ConfigError` naming the key (Kafka only logs
-unknown keys; a typo that silently keeps a default is worse than a refusal to start).
+:func:`~tierlog.server.config.properties.parse_properties`). Every key must be known: an
+unknown key or a value that does not parse or validate raises
+:class:`~tierlog.errors.ConfigError` naming the key (Kafka only logs unknown keys; a typo that
+silently keeps a default is worse than a refusal to start).
 
 Known keys, in five groups:
 
 * the broker keys in :data:`BROKER_CONFIGS` (``listeners``, ``log.dirs``, ``num.partitions`` ...)
-  — each documented as used by tierlog or accepted for compatibility and ignored; the TLS and
-  SASL keys among them come from :mod:`tierlog.security.security_config`;
+  — each documented as used by tierlog or accepted for compatibility and ignored. The table is
+  assembled here from one module per area under :mod:`tierlog.server.config`, as Kafka splits
+  its definitions (``ServerConfigs``, ``SocketServerConfigs``, ``ZkConfigs``,
+  ``ReplicationConfigs``, ``ServerLogConfigs``, ``CleanerConfig``, ``GroupCoordinatorConfig``,
+  ``TransactionLogConfigs``, ``RemoteLogManagerConfig``, ``QuotaConfigs``); the TLS and SASL
+  keys come from :mod:`tierlog.security.security_config`;
 * those ``ssl.*`` and ``sasl.*`` keys for one listener, ``listener.name.<listener>.<key>``, and
   ``listener.name.<listener>.<mechanism>.sasl.jaas.config`` (:attr:`KafkaConfig.listener_security`);
 * every broker-level synonym of a topic config (``log.segment.bytes`` → ``segment.bytes``, the
@@ -25,8 +30,6 @@ Immutable once built; thread-safe.
 from __future__ import annotations
 
 import difflib
-import re
-import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,22 +37,46 @@ from typing import TYPE_CHECKING, Any
 
 from tierlog.console.console_server import parse_console_listener
 from tierlog.errors import ConfigError
-from tierlog.log.log_config import BROKER_SYNONYMS, LONG_MAX, TOPIC_CONFIGS, LogConfig
+from tierlog.log.log_config import TOPIC_CONFIGS, LogConfig
 from tierlog.security.security_config import (
     LISTENER_PREFIX,
     SECURITY_CONFIGS,
-    SECURITY_PROTOCOLS,
     ListenerConfigs,
     parse_listener_key,
     reject_unprefixed_jaas,
 )
+from tierlog.server.config.cleaner_config import CLEANER_CONFIGS, build_cleaner_config
+from tierlog.server.config.group_coordinator_config import (
+    GROUP_COORDINATOR_CONFIGS,
+    assignor_names,
+    validate_group_configs,
+)
+from tierlog.server.config.properties import parse_properties
+from tierlog.server.config.quota_configs import QUOTA_CONFIGS
+from tierlog.server.config.remote_log_manager_config import (
+    REMOTE_LOG_MANAGER_CONFIGS,
+    RLMM_CONFIG_PREFIX,
+    RSM_CONFIG_PREFIX,
+)
+from tierlog.server.config.replication_configs import REPLICATION_CONFIGS
+from tierlog.server.config.server_configs import SERVER_CONFIGS
+from tierlog.server.config.server_log_configs import (
+    LOG_SYNONYM_CONFIGS,
+    SERVER_LOG_CONFIGS,
+    TIME_UNITS,
+    fold_time_units,
+)
+from tierlog.server.config.socket_server_configs import (
+    SOCKET_SERVER_CONFIGS,
+    Endpoint,
+    advertised_host,
+    parse_endpoints,
+    parse_protocol_map,
+)
+from tierlog.server.config.transaction_configs import TRANSACTION_CONFIGS
+from tierlog.server.config.zk_configs import ZK_CONFIGS
 from tierlog.server.config_def import BrokerConfigDef
-from tierlog.server.config_def import at_least as _min
-from tierlog.server.config_def import between as _between
-from tierlog.server.config_def import define as _d
 from tierlog.server.config_def import format_config_value as _format
-from tierlog.server.config_def import ignored as _ignored
-from tierlog.server.config_def import one_of as _one_of
 from tierlog.server.config_def import parse_config_value as _parse_value
 from tierlog.server.config_providers import resolve_config_providers
 
@@ -59,455 +86,35 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BROKER_CONFIGS",
-    "BrokerConfigDef",
     "ConfigEntry",
-    "Endpoint",
     "KafkaConfig",
-    "parse_properties",
 ]
-
-RSM_CONFIG_PREFIX = "rsm.config."
-RLMM_CONFIG_PREFIX = "rlmm.config."
-
-DEFAULT_SECURITY_PROTOCOL_MAP = (
-    "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
-)
 
 # DescribeConfigs sources (Kafka's ConfigSource names).
 DEFAULT_CONFIG = "DEFAULT_CONFIG"
 STATIC_BROKER_CONFIG = "STATIC_BROKER_CONFIG"
 
-
-# --------------------------------------------------------------------------- properties syntax
-
-
-def parse_properties(text: str, *, source: str = "<properties>") -> dict[str, str]:
-    """Parse ``java.util.Properties`` text into a dict; a later duplicate key wins.
-
-    The rules of ``Properties.load``: a logical line is continued by an odd number of
-    trailing backslashes (leading whitespace of the continuation is dropped); lines whose
-    first non-blank character is ``#`` or ``!`` are comments; the key ends at the first
-    unescaped ``=``, ``:`` or whitespace, then blanks and at most one ``=``/``:`` are skipped;
-    escapes ``\\t \\n \\r \\f \\uXXXX`` are decoded and a backslash before any other character
-    stands for that character (``\\=``, ``\\:``, ``\\ ``, ``\\\\``).
-
-    Raises:
-        ConfigError: a malformed ``\\uXXXX`` escape (keyed by ``source:line``).
-    """
-    props: dict[str, str] = {}
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        lineno = i + 1
-        line = lines[i].lstrip(" \t\f")
-        i += 1
-        if not line or line[0] in "#!":
-            continue
-        while _continues(line) and i < len(lines):
-            line = line[:-1] + lines[i].lstrip(" \t\f")
-            i += 1
-        if _continues(line):  # continuation at end of input
-            line = line[:-1]
-        key, value = _split_key_value(line)
-        where = f"{source}:{lineno}"
-        props[_unescape(key, where)] = _unescape(value, where)
-    return props
-
-
-def _continues(line: str) -> bool:
-    n = len(line) - len(line.rstrip("\\"))
-    return n % 2 == 1
-
-
-def _split_key_value(line: str) -> tuple[str, str]:
-    pos = 0
-    n = len(line)
-    while pos < n:
-        c = line[pos]
-        if c == "\\":
-            pos += 2
-            continue
-        if c in "=: \t\f":
-            break
-        pos += 1
-    key = line[: min(pos, n)]
-    pos = min(pos, n)
-    while pos < n and line[pos] in " \t\f":
-        pos += 1
-    if pos < n and line[pos] in "=:":
-        pos += 1
-        while pos < n and line[pos] in " \t\f":
-            pos += 1
-    return key, line[pos:]
-
-
-_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-
-
-def _unescape(s: str, where: str) -> str:
-    if "\\" not in s:
-        return s
-    out: list[str] = []
-    i = 0
-    while i < len(s):
-        c = s[i]
-        if c != "\\" or i + 1 >= len(s):
-            out.append(c)
-            i += 1
-            continue
-        nxt = s[i + 1]
-        if nxt == "u":
-            digits = s[i + 2 : i + 6]
-            if len(digits) != 4 or not all(d in "0123456789abcdefABCDEF" for d in digits):
-                raise ConfigError(where, f"malformed \\uxxxx encoding in {s!r}")
-            out.append(chr(int(digits, 16)))
-            i += 6
-        else:
-            out.append(_ESCAPES.get(nxt, nxt))
-            i += 2
-    return "".join(out)
-
-
-# --------------------------------------------------------------------------- config table
-
-
-def _roles(v: Any) -> str | None:
-    bad = [r for r in v if r not in ("broker", "controller")]
-    return f"unknown role {', '.join(bad)}; use broker and/or controller" if bad else None
-
-
-def _console_listener(v: Any) -> str | None:
-    if v is None:
-        return None
-    try:
-        parse_console_listener(v)
-    except ValueError as e:
-        return str(e)
-    return None
-
-
-_ASSIGNOR_CLASSES = {
-    "org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
-    "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range",
-}
-
-
-def _assignors(v: Any) -> str | None:
-    bad = [a for a in v if a not in ("uniform", "range") and a not in _ASSIGNOR_CLASSES]
-    if not v:
-        return "at least one assignor is needed (uniform, range)"
-    return f"unknown assignor {', '.join(bad)}; use uniform and/or range" if bad else None
-
-
-_SINGLE = "tierlog is a single node"
-_NO_PLUGIN = "the built-in plugins are configured by rsm.config.* and rlmm.config.*"
-
-# fmt: off
-_BROKER_ONLY: tuple[BrokerConfigDef, ...] = (
-    # --- identity and roles (single node: broker and controller at once)
-    _d("node.id", "int", None, None, "This node's id (KRaft name of broker.id). Default 0."),
-    _d("broker.id", "int", None, None, "Synonym of node.id; both must agree when both are set."),
-    _ignored("process.roles", "list", (), _roles, "a tierlog node is broker and controller"),
-    _ignored("controller.quorum.voters", "list", (), None, _SINGLE),
-    _ignored("controller.quorum.bootstrap.servers", "list", (), None, _SINGLE),
-    _d("controller.listener.names", "list", (), None,
-       "Listeners of the KRaft controller; not served (tierlog has no separate controller)."),
-    # --- network
-    _d("listeners", "list", ("PLAINTEXT://127.0.0.1:9092",), None,
-       "Listeners NAME://host:port (empty host: every interface, port 0: any free port)."),
-    _d("advertised.listeners", "list", None, None,
-       "Addresses given to clients in Metadata; defaults to listeners."),
-    _d("inter.broker.listener.name", "string", None, None,
-       "Must name one of the listeners when set (single node: not otherwise used)."),
-    _d("listener.security.protocol.map", "list", tuple(DEFAULT_SECURITY_PROTOCOL_MAP.split(",")),
-       None, "Listener name -> security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)."),
-    _d("socket.request.max.bytes", "int", 104_857_600, _min(1),
-       "Largest request frame; a bigger one closes its connection."),
-    _d("socket.send.buffer.bytes", "int", 102_400, None, "SO_SNDBUF; -1 keeps the OS default."),
-    _d("socket.receive.buffer.bytes", "int", 102_400, None, "SO_RCVBUF; -1: the OS default."),
-    _ignored("num.network.threads", "int", 3, _min(1), "one asyncio loop serves all sockets"),
-    _d("num.io.threads", "int", 8, _min(1), "Threads of the pool that runs blocking log I/O."),
-    # --- the cluster (ZooKeeper mode; without zookeeper.connect a single node)
-    _d("zookeeper.connect", "string", None, None,
-       "ZooKeeper ensemble host:port[,host:port...][/chroot]; unset: a single node."),
-    _d("zookeeper.session.timeout.ms", "int", 18_000, _min(1), "ZooKeeper session timeout."),
-    _d("zookeeper.connection.timeout.ms", "int", None, _min(1),
-       "Longest wait for the first ZooKeeper connection (default: the session timeout)."),
-    _ignored("zookeeper.max.in.flight.requests", "int", 10, _min(1), "kazoo pipelines freely"),
-    _ignored("zookeeper.set.acl", "boolean", False, None, "no ZooKeeper ACLs yet"),
-    _d("broker.rack", "string", None, None, "Rack of this broker (rack-aware assignment)."),
-    _d("replica.lag.time.max.ms", "long", 30_000, _min(1),
-       "A follower that has not caught up for this long leaves the ISR."),
-    _d("replica.fetch.max.bytes", "int", 1_048_576, _min(0),
-       "Bytes a follower fetches per partition per request."),
-    _d("replica.fetch.response.max.bytes", "int", 10_485_760, _min(0),
-       "Bytes a follower fetches per request."),
-    _d("replica.fetch.wait.max.ms", "int", 500, _min(0), "Long-poll wait of follower fetches."),
-    _d("replica.fetch.min.bytes", "int", 1, _min(1), "min_bytes of follower fetches."),
-    _d("replica.fetch.backoff.ms", "int", 1000, _min(0),
-       "Wait of a follower after a failed fetch before the next."),
-    _d("replica.alter.log.dirs.io.max.bytes.per.second", "long", LONG_MAX, _min(1),
-       "Bytes per second a move between log dirs (AlterReplicaLogDirs) copies, at most."),
-    _d("num.replica.fetchers", "int", 1, _min(1),
-       "Fetcher tasks per source broker (partitions are hashed over them)."),
-    _d("replica.high.watermark.checkpoint.interval.ms", "long", 5000, _min(1),
-       "How often replication-offset-checkpoint is written."),
-    _d("controlled.shutdown.enable", "boolean", True, None,
-       "On SIGTERM, move leadership away before stopping."),
-    _d("controlled.shutdown.max.retries", "int", 3, _min(0),
-       "Attempts of a controlled shutdown before shutting down anyway."),
-    _d("controlled.shutdown.retry.backoff.ms", "long", 5000, _min(0),
-       "Wait between controlled shutdown attempts."),
-    _d("auto.leader.rebalance.enable", "boolean", True, None,
-       "The controller moves leadership back to preferred replicas."),
-    _d("leader.imbalance.check.interval.seconds", "long", 300, _min(1),
-       "How often the controller checks the leader imbalance."),
-    _d("leader.imbalance.per.broker.percentage", "int", 10, _between(0, 100),
-       "Imbalance (percent of a broker's preferred partitions led elsewhere) that triggers "
-       "preferred-leader elections."),
-    # --- topics and logs
-    _d("log.dirs", "list", None, None, "Log directories (comma separated); wins over log.dir."),
-    _d("log.dir", "string", "./data/logs", None, "The log directory when log.dirs is not set."),
-    _d("num.partitions", "int", 1, _min(1), "Partitions of auto-created topics."),
-    _d("default.replication.factor", "int", 1, _min(1),
-       "Replication factor of topics created without one (CreateTopics -1, auto-creation)."),
-    _d("auto.create.topics.enable", "boolean", True, None, "Create unknown topics on Metadata."),
-    _d("delete.topic.enable", "boolean", True, None, "Allow DeleteTopics."),
-    _d("log.max.open.files", "int", -1, _between(-1, 2**31 - 1),
-       "tierlog: most descriptors segment files (.log, index mappings) hold at once; idle "
-       "ones are closed and reopened on use. -1: half the open-files limit, which the broker "
-       "raises to the hard limit at startup."),
-    _d("num.recovery.threads.per.data.dir", "int", 2, _min(1),
-       "Threads per log dir loading logs at startup (Kafka's default is 1)."),
-    _d("log.retention.hours", "int", 168, None,
-       "Retention in hours; log.retention.minutes and log.retention.ms win over it."),
-    _d("log.retention.minutes", "int", None, None, "Retention in minutes; log.retention.ms wins."),
-    _d("log.roll.hours", "int", 168, _min(1), "segment.ms default in hours; log.roll.ms wins."),
-    _d("log.roll.jitter.hours", "int", 0, _min(0),
-       "segment.jitter.ms default in hours; log.roll.jitter.ms wins."),
-    _d("log.retention.check.interval.ms", "long", 300_000, _min(1),
-       "How often the log manager applies retention."),
-    _d("log.flush.scheduler.interval.ms", "long", LONG_MAX, _min(1),
-       "How often the log manager checks whether flush.ms is due."),
-    _d("log.flush.offset.checkpoint.interval.ms", "int", 60_000, _min(0),
-       "How often recovery-point-offset-checkpoint is written."),
-    _d("log.flush.start.offset.checkpoint.interval.ms", "int", 60_000, _min(0),
-       "How often log-start-offset-checkpoint is written."),
-    # --- log cleaner (compaction of cleanup.policy=compact topics)
-    _d("log.cleaner.enable", "boolean", True, None,
-       "Run the log cleaner; without it compacted topics are not compacted."),
-    _d("log.cleaner.threads", "int", 1, _min(0), "Threads of the log cleaner."),
-    _d("log.cleaner.dedupe.buffer.size", "long", 134_217_728, _min(1),
-       "Offset map memory over all cleaner threads (24 bytes a key, as Kafka counts it)."),
-    _d("log.cleaner.io.buffer.size", "int", 524_288, _min(0),
-       "I/O buffer memory over all cleaner threads."),
-    _d("log.cleaner.io.buffer.load.factor", "double", 0.9, None,
-       "Fill factor of the offset map before a round stops mapping."),
-    _d("log.cleaner.io.max.bytes.per.second", "double", 1.7976931348623157e308, None,
-       "Throttle on the cleaner's read plus write bytes per second."),
-    _d("log.cleaner.backoff.ms", "long", 15_000, _min(0),
-       "How long an idle cleaner thread waits before looking for dirty logs again."),
-    # --- consumer groups and the offsets topic
-    _d("group.initial.rebalance.delay.ms", "int", 3000, _min(0),
-       "How long the first rebalance of an empty group waits for more members."),
-    _d("group.min.session.timeout.ms", "int", 6000, _min(0), "Smallest session timeout allowed."),
-    _d("group.max.session.timeout.ms", "int", 1_800_000, _min(0), "Largest session timeout."),
-    _d("group.consumer.session.timeout.ms", "int", 45_000, _min(1),
-       "Session timeout of consumer-protocol (KIP-848) members."),
-    _d("group.consumer.heartbeat.interval.ms", "int", 5_000, _min(1),
-       "Heartbeat interval the coordinator gives consumer-protocol members."),
-    _d("group.consumer.min.session.timeout.ms", "int", 45_000, _min(1),
-       "Smallest consumer.session.timeout.ms a group config may set."),
-    _d("group.consumer.max.session.timeout.ms", "int", 60_000, _min(1),
-       "Largest consumer.session.timeout.ms a group config may set."),
-    _d("group.consumer.min.heartbeat.interval.ms", "int", 5_000, _min(1),
-       "Smallest consumer.heartbeat.interval.ms a group config may set."),
-    _d("group.consumer.max.heartbeat.interval.ms", "int", 15_000, _min(1),
-       "Largest consumer.heartbeat.interval.ms a group config may set."),
-    _d("group.consumer.max.size", "int", 2**31 - 1, _min(1),
-       "Most members of one consumer-protocol group (GROUP_MAX_SIZE_REACHED beyond)."),
-    _d("group.consumer.assignors", "list", ("uniform", "range"), _assignors,
-       "Server assignors of consumer-protocol groups; the first is the default."),
-    _d("offsets.topic.num.partitions", "int", 50, _min(1),
-       "Partitions of __consumer_offsets (fixed once created)."),
-    _d("offsets.topic.replication.factor", "short", 3, _min(1),
-       "Replication factor of __consumer_offsets (capped by the live brokers when created)."),
-    _d("offsets.topic.segment.bytes", "int", 104_857_600, _min(1),
-       "segment.bytes of __consumer_offsets."),
-    _d("offsets.retention.minutes", "int", 10_080, _min(1),
-       "Committed offsets of an empty group expire after this."),
-    # --- transactions (the transaction coordinator and __transaction_state)
-    _d("transaction.state.log.replication.factor", "short", 3, _min(1),
-       "Replication factor of __transaction_state (capped by the live brokers when created)."),
-    _d("transaction.state.log.min.isr", "int", 2, _min(1),
-       "min.insync.replicas of __transaction_state."),
-    _d("transaction.state.log.num.partitions", "int", 50, _min(1),
-       "Partitions of __transaction_state (fixed once created)."),
-    _d("transaction.state.log.segment.bytes", "int", 104_857_600, _min(1),
-       "segment.bytes of __transaction_state."),
-    _ignored("transaction.state.log.load.buffer.size", "int", 5_242_880, _min(1),
-             "loads read the log in 1 MiB chunks"),
-    _d("transaction.max.timeout.ms", "int", 900_000, _min(1),
-       "Largest transaction.timeout.ms a producer may ask for (INVALID_TRANSACTION_TIMEOUT)."),
-    _d("transactional.id.expiration.ms", "int", 604_800_000, _min(1),
-       "A transactional id idle this long (no transaction) is removed."),
-    _d("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10_000, _min(1),
-       "How often transactions open past their timeout are looked for and aborted."),
-    _d("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3_600_000, _min(1),
-       "How often expired transactional ids are removed."),
-    # --- share groups (out of scope)
-    _ignored("share.coordinator.state.topic.replication.factor", "short", 3, _min(1), _SINGLE),
-    _ignored("share.coordinator.state.topic.min.isr", "short", 2, _min(1), _SINGLE),
-    # --- tiered storage (KIP-405)
-    _d("remote.log.storage.system.enable", "boolean", False, None,
-       "Enable tiered storage on this broker (topics opt in with remote.storage.enable)."),
-    _d("remote.log.manager.task.interval.ms", "long", 30_000, _min(1),
-       "Interval of the remote log manager's copy and expiration tasks."),
-    _d("remote.log.reader.threads", "int", 10, _min(1), "Threads serving remote reads."),
-    _d("remote.log.reader.max.pending.tasks", "int", 100, _min(1),
-       "Remote reads queued before new ones are rejected."),
-    _d("remote.log.reader.prefetch.max.bytes", "long", 64 << 20, _min(0),
-       "tierlog: remote segment data read ahead of sequential consumers in parallel 1 MiB "
-       "ranged reads, at most this much held (0: one ranged read per fetch, no read-ahead)."),
-    _d("remote.log.manager.copier.thread.pool.size", "int", 10, _min(1),
-       "Threads copying segments to remote storage."),
-    _d("remote.log.manager.expiration.thread.pool.size", "int", 10, _min(1),
-       "Threads expiring remote segments."),
-    _d("remote.fetch.max.wait.ms", "int", 500, _min(1), "Longest wait of a fetch for remote data."),
-    _d("remote.log.index.file.cache.total.size.bytes", "long", 1_073_741_824, _min(1),
-       "Disk bound of <log.dir>/remote-log-index-cache."),
-    _d("remote.log.manager.copy.max.bytes.per.second", "long", LONG_MAX, _min(1),
-       "Quota on bytes copied to remote storage per second."),
-    _d("remote.log.manager.fetch.max.bytes.per.second", "long", LONG_MAX, _min(1),
-       "Quota on bytes read from remote storage per second."),
-    _d("remote.log.metadata.topic.num.partitions", "int", 50, _min(1),
-       "Partitions of __remote_log_metadata (also read as rlmm.config.<this key>, as Kafka)."),
-    _d("remote.log.metadata.topic.replication.factor", "short", 3, _min(1),
-       "Replicas of __remote_log_metadata in a cluster (created once that many brokers are "
-       "alive; also read as rlmm.config.<this key>, as Kafka)."),
-    _d("remote.log.manager.task.retry.backoff.ms", "long", 500, _min(1),
-       "First backoff of a failed remote copy task; doubles on each further failure."),
-    _d("remote.log.manager.task.retry.backoff.max.ms", "long", 30_000, _min(1),
-       "Largest backoff of a failing remote copy task."),
-    _d("remote.log.manager.task.retry.jitter", "double", 0.2, None,
-       "Random jitter (+-fraction) applied to the remote copy task backoff."),
-    # tierlog.*: Kafka has no such check; a key of ours under Kafka's remote.log.* could
-    # collide with a future KIP's, and the prefix tells a reader no Kafka document covers it.
-    _d("tierlog.remote.storage.startup.check", "string", "fail",
-       _one_of("fail", "warn", "none"),
-       "tierlog: at startup, write, read and delete a probe object in remote storage: fail "
-       "(refuse to start when it fails), warn (log it and start anyway), none (no check)."),
-    _d("remote.log.metadata.custom.metadata.max.bytes", "int", 128, _min(0),
-       "Largest custom metadata a RemoteStorageManager may return per segment."),
-    _ignored("remote.log.storage.manager.class.name", "string", None, None, _NO_PLUGIN),
-    _ignored("remote.log.storage.manager.class.path", "string", None, None, _NO_PLUGIN),
-    _ignored("remote.log.metadata.manager.class.name", "string", None, None, _NO_PLUGIN),
-    _ignored("remote.log.metadata.manager.class.path", "string", None, None, _NO_PLUGIN),
-    _ignored("remote.log.metadata.manager.listener.name", "string", None, None,
-             "the metadata manager uses the broker's own log directly"),
-    _d("remote.log.storage.manager.impl.prefix", "string", RSM_CONFIG_PREFIX, None,
-       "Prefix of the RemoteStorageManager's keys."),
-    _d("remote.log.metadata.manager.impl.prefix", "string", RLMM_CONFIG_PREFIX, None,
-       "Prefix of the RemoteLogMetadataManager's keys."),
-    # --- client quotas (KIP-13, KIP-55): the window byte rates are measured over
-    _d("quota.window.num", "int", 11, _min(1),
-       "Samples of a client's byte rate (producer_byte_rate, consumer_byte_rate quotas)."),
-    _d("quota.window.size.seconds", "int", 1, _min(1), "Length of each quota rate sample."),
-    # --- observability
-    _d("metrics.port", "int", None, _between(0, 65535),
-       "tierlog: port of the Prometheus /metrics endpoint (unset: no endpoint)."),
-    _d("console.listener", "string", None, _console_listener,
-       "tierlog: http://host:port of the read-only web console (unset: no console). It has "
-       "no authentication: keep it on loopback or behind an authenticating proxy."),
-)
-# fmt: on
-
-
-def _synonym_defs() -> tuple[BrokerConfigDef, ...]:
-    out = []
-    for broker_name, topic_name in BROKER_SYNONYMS.items():
-        t = TOPIC_CONFIGS[topic_name]
-        out.append(
-            BrokerConfigDef(
-                broker_name,
-                t.type,
-                t.default,
-                f"Default of the topic config {topic_name}: {t.doc}",
-                None,  # validated by log_config.parse_value
-                True,
-                False,
-                topic_name,
-            )
-        )
-    return tuple(out)
-
-
-#: Every known broker config key (prefixed plugin keys aside).
+#: Every known broker config key (prefixed plugin keys aside), from the per-area tables.
 BROKER_CONFIGS: dict[str, BrokerConfigDef] = {
     d.name: d
-    for d in sorted(_BROKER_ONLY + SECURITY_CONFIGS + _synonym_defs(), key=lambda d: d.name)
-}
-
-# Keys folded into a *.ms synonym: (ms key, [(key, factor)] lowest precedence first).
-_TIME_UNITS: dict[str, tuple[tuple[str, int], ...]] = {
-    "log.retention.ms": (("log.retention.hours", 3_600_000), ("log.retention.minutes", 60_000)),
-    "log.roll.ms": (("log.roll.hours", 3_600_000),),
-    "log.roll.jitter.ms": (("log.roll.jitter.hours", 3_600_000),),
+    for d in sorted(
+        SERVER_CONFIGS
+        + SOCKET_SERVER_CONFIGS
+        + ZK_CONFIGS
+        + REPLICATION_CONFIGS
+        + SERVER_LOG_CONFIGS
+        + LOG_SYNONYM_CONFIGS
+        + CLEANER_CONFIGS
+        + GROUP_COORDINATOR_CONFIGS
+        + TRANSACTION_CONFIGS
+        + REMOTE_LOG_MANAGER_CONFIGS
+        + QUOTA_CONFIGS
+        + SECURITY_CONFIGS,
+        key=lambda d: d.name,
+    )
 }
 
 _SENSITIVE_WORDS = ("password", "secret", "sasl.jaas.config", "ssl.keystore.key")
-
-# --------------------------------------------------------------------------- listeners
-
-_LISTENER_RE = re.compile(r"^([A-Za-z0-9_]+)://\[?([0-9A-Za-z\-%._:]*?)\]?:(-?[0-9]+)$")
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    """One listener: ``listener_name://host:port`` and its security protocol.
-
-    An empty host binds every interface (Kafka's ``PLAINTEXT://:9092``); port 0 binds an
-    ephemeral port (the server reports the real one).
-    """
-
-    listener_name: str
-    host: str
-    port: int
-    security_protocol: str = "PLAINTEXT"
-
-    @property
-    def address(self) -> tuple[str, int]:
-        return (self.host, self.port)
-
-    def __str__(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{self.listener_name}://{host}:{self.port}"
-
-
-def _parse_endpoints(
-    key: str, specs: Iterable[str], protocol_map: Mapping[str, str]
-) -> tuple[Endpoint, ...]:
-    out: list[Endpoint] = []
-    for spec in specs:
-        m = _LISTENER_RE.match(spec)
-        if m is None:
-            raise ConfigError(key, f"invalid listener {spec!r}: expected NAME://host:port")
-        name, host, port_s = m.group(1).upper(), m.group(2), m.group(3)
-        port = int(port_s)
-        if not 0 <= port <= 65535:
-            raise ConfigError(key, f"invalid listener {spec!r}: port must be 0..65535")
-        protocol = protocol_map.get(name, name if name in SECURITY_PROTOCOLS else "")
-        if not protocol:
-            raise ConfigError(
-                key,
-                f"listener {spec!r}: no security protocol for listener name {name}; "
-                "map it in listener.security.protocol.map",
-            )
-        if any(e.listener_name == name for e in out):
-            raise ConfigError(key, f"listener name {name} is used more than once")
-        out.append(Endpoint(name, host, port, protocol))
-    return tuple(out)
-
 
 # --------------------------------------------------------------------------- the config
 
@@ -575,7 +182,7 @@ class KafkaConfig:
         def get(name: str) -> Any:
             return values[name] if name in values else BROKER_CONFIGS[name].default
 
-        self._effective_ms = self._fold_time_units(values)
+        self._effective_ms = fold_time_units(values)
 
         # identity
         node_id, broker_id = values.get("node.id"), values.get("broker.id")
@@ -590,11 +197,11 @@ class KafkaConfig:
         self.process_roles: tuple[str, ...] = get("process.roles")
 
         # network
-        protocol_map = self._protocol_map(get("listener.security.protocol.map"))
+        protocol_map = parse_protocol_map(get("listener.security.protocol.map"))
         self.controller_listener_names: tuple[str, ...] = tuple(
             n.upper() for n in get("controller.listener.names")
         )
-        all_listeners = _parse_endpoints("listeners", get("listeners"), protocol_map)
+        all_listeners = parse_endpoints("listeners", get("listeners"), protocol_map)
         self.listeners: tuple[Endpoint, ...] = tuple(
             e for e in all_listeners if e.listener_name not in self.controller_listener_names
         )
@@ -613,11 +220,11 @@ class KafkaConfig:
         adv = get("advertised.listeners")
         if adv is None:
             self.advertised_listeners: tuple[Endpoint, ...] = tuple(
-                Endpoint(e.listener_name, _advertised_host(e.host), e.port, e.security_protocol)
+                Endpoint(e.listener_name, advertised_host(e.host), e.port, e.security_protocol)
                 for e in self.listeners
             )
         else:
-            self.advertised_listeners = _parse_endpoints("advertised.listeners", adv, protocol_map)
+            self.advertised_listeners = parse_endpoints("advertised.listeners", adv, protocol_map)
             for e in self.advertised_listeners:
                 if e.host in ("0.0.0.0", "::"):
                     raise ConfigError(
@@ -677,43 +284,20 @@ class KafkaConfig:
 
         # groups
         self.group_initial_rebalance_delay_ms: int = get("group.initial.rebalance.delay.ms")
+        validate_group_configs(get)
         self.group_min_session_timeout_ms: int = get("group.min.session.timeout.ms")
         self.group_max_session_timeout_ms: int = get("group.max.session.timeout.ms")
-        if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
-            raise ConfigError(
-                "group.min.session.timeout.ms",
-                f"{self.group_min_session_timeout_ms} is more than "
-                f"group.max.session.timeout.ms {self.group_max_session_timeout_ms}",
-            )
         self.group_consumer_session_timeout_ms: int = get("group.consumer.session.timeout.ms")
         self.group_consumer_heartbeat_interval_ms: int = get("group.consumer.heartbeat.interval.ms")
-        if self.group_consumer_heartbeat_interval_ms >= self.group_consumer_session_timeout_ms:
-            raise ConfigError(
-                "group.consumer.heartbeat.interval.ms",
-                f"{self.group_consumer_heartbeat_interval_ms} must be less than "
-                f"group.consumer.session.timeout.ms {self.group_consumer_session_timeout_ms}",
-            )
         self.group_consumer_bounds: tuple[int, int, int, int] = (
             get("group.consumer.min.session.timeout.ms"),
             get("group.consumer.max.session.timeout.ms"),
             get("group.consumer.min.heartbeat.interval.ms"),
             get("group.consumer.max.heartbeat.interval.ms"),
         )
-        for key, value, lo, hi in (
-            ("group.consumer.session.timeout.ms", self.group_consumer_session_timeout_ms,
-             *self.group_consumer_bounds[:2]),
-            ("group.consumer.heartbeat.interval.ms", self.group_consumer_heartbeat_interval_ms,
-             *self.group_consumer_bounds[2:]),
-        ):  # fmt: skip
-            if not lo <= value <= hi:
-                low, high = (
-                    key.replace("consumer.", "consumer.min."),
-                    key.replace("consumer.", "consumer.max."),
-                )
-                raise ConfigError(key, f"{value} is not between {low} {lo} and {high} {hi}")
         self.group_consumer_max_size: int = get("group.consumer.max.size")
-        self.group_consumer_assignors: tuple[str, ...] = tuple(
-            _ASSIGNOR_CLASSES.get(a, a) for a in get("group.consumer.assignors")
+        self.group_consumer_assignors: tuple[str, ...] = assignor_names(
+            get("group.consumer.assignors")
         )
         self.offsets_topic_num_partitions: int = get("offsets.topic.num.partitions")
         self.offsets_topic_segment_bytes: int = get("offsets.topic.segment.bytes")
@@ -889,19 +473,7 @@ class KafkaConfig:
 
     def cleaner_config(self) -> CleanerConfig:
         """The ``log.cleaner.*`` settings (Kafka's ``LogCleaner.cleanerConfig``)."""
-        from tierlog.log.log_cleaner import CleanerConfig
-
-        threads = int(self.get("log.cleaner.threads"))
-        return CleanerConfig(
-            num_threads=max(threads, 1),
-            dedupe_buffer_size=int(self.get("log.cleaner.dedupe.buffer.size")),
-            dedupe_buffer_load_factor=float(self.get("log.cleaner.io.buffer.load.factor")),
-            io_buffer_size=int(self.get("log.cleaner.io.buffer.size")),
-            max_message_size=int(self.get("message.max.bytes")),
-            max_io_bytes_per_second=float(self.get("log.cleaner.io.max.bytes.per.second")),
-            backoff_ms=int(self.get("log.cleaner.backoff.ms")),
-            enable_cleaner=self.log_cleaner_enable and threads > 0,
-        )
+        return build_cleaner_config(self.get)
 
     def create_log_manager(self) -> LogManager:
         """A (not yet started) LogManager wired with this config's log settings."""
@@ -947,7 +519,7 @@ class KafkaConfig:
                 )
             elif name in self._effective_ms:
                 value = self._effective_ms[name]
-                is_set = any(k in self._values for k in (name, *(u for u, _ in _TIME_UNITS[name])))
+                is_set = any(k in self._values for k in (name, *(u for u, _ in TIME_UNITS[name])))
             else:
                 value, is_set = self._values.get(name, d.default), name in self._values
             sensitive = d.sensitive or d.type == "password"
@@ -1006,72 +578,19 @@ class KafkaConfig:
     def _prefix(self, key: str) -> str:
         return str(self._values.get(key, BROKER_CONFIGS[key].default))
 
-    @staticmethod
-    def _protocol_map(items: Iterable[str]) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for item in items:
-            name, sep, proto = item.partition(":")
-            name, proto = name.strip().upper(), proto.strip().upper()
-            if not sep or not name or proto not in SECURITY_PROTOCOLS:
-                raise ConfigError(
-                    "listener.security.protocol.map",
-                    f"invalid entry {item!r}: expected NAME:PROTOCOL with PROTOCOL one of "
-                    f"{', '.join(SECURITY_PROTOCOLS)}",
-                )
-            out[name] = proto
-        return out
-
-    @staticmethod
-    def _fold_time_units(values: Mapping[str, Any]) -> dict[str, int]:
-        """Effective ``log.retention.ms``, ``log.roll.ms``, ``log.roll.jitter.ms``.
-
-        Kafka's precedence: the ms key if set, else minutes, else hours (its default).
-        A negative retention means unlimited (-1), as in Kafka's logRetentionTimeMillis.
-        """
-        out: dict[str, int] = {}
-        for ms_key, units in _TIME_UNITS.items():
-            if ms_key in values:
-                ms = int(values[ms_key])
-            else:
-                ms = 0
-                found = False
-                for unit_key, factor in reversed(units):  # highest precedence first
-                    if unit_key in values and values[unit_key] is not None:
-                        ms, found = int(values[unit_key]) * factor, True
-                        break
-                if not found:
-                    for unit_key, factor in units:
-                        default = BROKER_CONFIGS[unit_key].default
-                        if default is not None:
-                            ms = int(default) * factor
-                            break
-                if not -LONG_MAX - 1 <= ms <= LONG_MAX:
-                    raise ConfigError(units[-1][0], "value out of range once converted to ms")
-            if ms_key == "log.retention.ms" and ms < 0:
-                ms = -1
-            out[ms_key] = ms
-        return out
-
     def _synonym_props(self) -> dict[str, str]:
         """The broker synonyms that were set, as raw strings for LogConfig.from_broker."""
         props: dict[str, str] = {}
         for name, d in BROKER_CONFIGS.items():
             if d.topic_config is None:
                 continue
-            if name in _TIME_UNITS:
-                if any(k in self._values for k in (name, *(u for u, _ in _TIME_UNITS[name]))):
+            if name in TIME_UNITS:
+                if any(k in self._values for k in (name, *(u for u, _ in TIME_UNITS[name]))):
                     props[name] = str(self._effective_ms[name])
                     _parse_value(d, props[name])  # a value folded from hours must validate too
             elif name in self._values:
                 props[name] = self._resolved[name]
         return props
-
-
-def _advertised_host(host: str) -> str:
-    """Kafka advertises the canonical host name for a listener bound to every interface."""
-    if host in ("", "0.0.0.0", "::"):
-        return socket.getfqdn()
-    return host
 
 
 def _to_str(v: object) -> str:

@@ -183,7 +183,7 @@ def client_conf(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
 def _properties_file(path: str) -> dict[str, str]:
     from pathlib import Path
 
-    from tierlog.server.kafka_config import parse_properties
+    from tierlog.server.config.properties import parse_properties
 
     try:
         text = Path(path).read_text(encoding="utf-8")

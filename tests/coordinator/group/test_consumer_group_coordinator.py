@@ -73,7 +73,7 @@ async def test_join_answers_after_the_records_are_stored_and_a_restart_keeps_the
     assert (group.group_epoch, group.assignment_epoch) == (1, 1)
     assert group.members["a"].assignment.assigned == {T1: frozenset(range(4))}
     assert group.state is ConsumerGroupState.STABLE
-    assert again.group_manager.fetch_offsets("g", [("orders", 0)])[1] == {
+    assert again.offset_manager.fetch_offsets("g", [("orders", 0)])[1] == {
         ("orders", 0): (7, -1, "m")
     }
     # the member goes on with its epoch
@@ -158,14 +158,14 @@ async def test_classic_and_consumer_groups_share_the_id_space():
     await coord.commit_offsets("simple", -1, "", None, {("orders", 1): (5, -1, "")})
     r = await coord.consumer_groups.heartbeat("simple", join_req("s"))
     assert r.error_code == NONE
-    assert coord.group_manager.fetch_offsets("simple", [("orders", 1)])[1][("orders", 1)][0] == 5
+    assert coord.offset_manager.fetch_offsets("simple", [("orders", 1)])[1][("orders", 1)][0] == 5
     assert (
         await coord.consumer_groups.heartbeat("simple", HeartbeatRequest("s", -1))
     ).error_code == NONE
     m = Member(coord, "back", group="simple")
     assert (await m.join()).error_code == NONE
     assert "simple" not in coord.group_manager.consumer_groups
-    assert coord.group_manager.fetch_offsets("simple", [("orders", 1)])[1][("orders", 1)][0] == 5
+    assert coord.offset_manager.fetch_offsets("simple", [("orders", 1)])[1][("orders", 1)][0] == 5
     await coord.stop()
 
 
@@ -184,12 +184,12 @@ async def test_commits_and_fetches_check_the_member_epoch():
         ("orders", 0): UNKNOWN_MEMBER_ID
     }
     assert await coord.commit_offsets("g", 1, "a", None, offsets) == {("orders", 0): NONE}
-    assert coord.group_manager.fetch_offsets("g", None, "a", 0)[0] == STALE_MEMBER_EPOCH
-    assert coord.group_manager.fetch_offsets("g", None, "a", 1) == (
+    assert coord.offset_manager.fetch_offsets("g", None, "a", 0)[0] == STALE_MEMBER_EPOCH
+    assert coord.offset_manager.fetch_offsets("g", None, "a", 1) == (
         NONE,
         {("orders", 0): (3, -1, "")},
     )
-    assert coord.group_manager.fetch_offsets("g", None) == (NONE, {("orders", 0): (3, -1, "")})
+    assert coord.offset_manager.fetch_offsets("g", None) == (NONE, {("orders", 0): (3, -1, "")})
     # Leave, then the empty group can be deleted; its records are tombstoned.
     await coord.consumer_groups.heartbeat("g", HeartbeatRequest("a", -1))
     assert await coord.group_manager.delete_groups(["g"]) == {"g": NONE}

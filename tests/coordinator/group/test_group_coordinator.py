@@ -490,7 +490,7 @@ async def test_requests_before_start_and_after_stop():
     await coord.stop()
     # parked requests are sent to find the coordinator again
     assert (await parked).error_code == NOT_COORDINATOR
-    assert coord.group_manager.fetch_offsets("g", None) == (COORDINATOR_NOT_AVAILABLE, {})
+    assert coord.offset_manager.fetch_offsets("g", None) == (COORDINATOR_NOT_AVAILABLE, {})
     assert coord.heartbeat("g", 1, "m", None) == COORDINATOR_NOT_AVAILABLE
     assert coord.group_manager.describe_group("g").error_code == COORDINATOR_NOT_AVAILABLE
     assert coord.group_manager.list_groups() == []

@@ -59,7 +59,7 @@ async def test_commit_and_fetch_offsets():
         ("u", 0): (-2, -1, ""),
     }
     assert await a.commit(offsets) == dict.fromkeys(offsets, NONE)
-    err, fetched = coord.group_manager.fetch_offsets("g", [("t", 0), ("t", 1), ("u", 0), ("t", 9)])
+    err, fetched = coord.offset_manager.fetch_offsets("g", [("t", 0), ("t", 1), ("u", 0), ("t", 9)])
     assert err == NONE
     assert fetched == {
         ("t", 0): (10, 3, "meta"),
@@ -67,15 +67,15 @@ async def test_commit_and_fetch_offsets():
         ("u", 0): (-2, -1, ""),
         ("t", 9): (-1, -1, ""),
     }
-    assert coord.group_manager.fetch_offsets("g", None)[1].keys() == offsets.keys()
-    assert coord.group_manager.fetch_offsets("nogroup", [("t", 0)]) == (
+    assert coord.offset_manager.fetch_offsets("g", None)[1].keys() == offsets.keys()
+    assert coord.offset_manager.fetch_offsets("nogroup", [("t", 0)]) == (
         NONE,
         {("t", 0): (-1, -1, "")},
     )
-    assert coord.group_manager.fetch_offsets("nogroup", None) == (NONE, {})
+    assert coord.offset_manager.fetch_offsets("nogroup", None) == (NONE, {})
     # last commit wins
     await a.commit({("t", 0): (11, 3, "m2")})
-    assert coord.group_manager.fetch_offsets("g", [("t", 0)])[1] == {("t", 0): (11, 3, "m2")}
+    assert coord.offset_manager.fetch_offsets("g", [("t", 0)])[1] == {("t", 0): (11, 3, "m2")}
     await coord.stop()
 
 
@@ -88,7 +88,7 @@ async def test_offset_metadata_too_large_only_fails_that_partition():
     # the limit counts Java chars (UTF-16 units): an emoji is two
     result = await a.commit({("t", 2): (1, -1, "😀" * 2049)})
     assert result == {("t", 2): OFFSET_METADATA_TOO_LARGE}
-    assert coord.group_manager.fetch_offsets("g", [("t", 0)])[1][("t", 0)][0] == -1
+    assert coord.offset_manager.fetch_offsets("g", [("t", 0)])[1][("t", 0)][0] == -1
     await coord.stop()
 
 
@@ -98,7 +98,7 @@ async def test_standalone_commits_with_generation_minus_one():
     result = await coord.commit_offsets("simple", -1, "", None, {("t", 0): (42, -1, None)})
     assert result == {("t", 0): NONE}
     assert coord.group_manager.list_groups() == [("simple", "", "Empty")]
-    assert coord.group_manager.fetch_offsets("simple", [("t", 0)])[1] == {("t", 0): (42, -1, "")}
+    assert coord.offset_manager.fetch_offsets("simple", [("t", 0)])[1] == {("t", 0): (42, -1, "")}
     # a generation for a group that does not exist is stale
     result = await coord.commit_offsets("nogroup", 3, "m", None, {("t", 0): (1, -1, None)})
     assert result == {("t", 0): ILLEGAL_GENERATION}
@@ -136,7 +136,7 @@ async def test_store_failures_become_retriable_errors():
     store.fail_with = KafkaStorageError("disk gone")
     result = await coord.commit_offsets("s", -1, "", None, {("t", 0): (1, -1, None)})
     assert result == {("t", 0): COORDINATOR_NOT_AVAILABLE}
-    assert coord.group_manager.fetch_offsets("s", [("t", 0)])[1] == {("t", 0): (-1, -1, "")}
+    assert coord.offset_manager.fetch_offsets("s", [("t", 0)])[1] == {("t", 0): (-1, -1, "")}
     # storing the leader's assignment fails: everyone is told, the group rebalances
     syncs = await sync_all([a, b])
     assert {s.error_code for s in syncs} == {COORDINATOR_NOT_AVAILABLE}
@@ -168,11 +168,11 @@ async def test_replay_rebuilds_offsets_and_groups():
             assert value is not None
 
     coord2 = await started(store)
-    assert coord2.group_manager.fetch_offsets("g", None)[1] == {
+    assert coord2.offset_manager.fetch_offsets("g", None)[1] == {
         ("t", 0): (7, 2, "y"),
         ("t", 1): (6, 1, ""),
     }
-    assert coord2.group_manager.fetch_offsets("simple", None)[1] == {("u", 3): (-2, -1, "")}
+    assert coord2.offset_manager.fetch_offsets("simple", None)[1] == {("u", 3): (-2, -1, "")}
     d = coord2.group_manager.describe_group("g")
     assert (d.state, d.protocol) == ("Stable", "range")
     assert sorted((m[0], m[5]) for m in d.members) == sorted(
@@ -224,7 +224,7 @@ async def test_replay_skips_foreign_and_corrupt_records():
         (OffsetCommitKey("gone", "t", 0).encode(), None),  # tombstone
     ]
     await coord.start()
-    assert coord.group_manager.fetch_offsets("g", None)[1] == {("t", 0): (9, -1, "")}
+    assert coord.offset_manager.fetch_offsets("g", None)[1] == {("t", 0): (9, -1, "")}
     assert [g for g, _, _ in coord.group_manager.list_groups()] == ["g"]
     await coord.stop()
 
@@ -243,7 +243,7 @@ async def test_delete_groups():
     result = await coord.group_manager.delete_groups(["g", "empty", "unknown", "empty"])
     assert result == {"g": NON_EMPTY_GROUP, "empty": NONE, "unknown": GROUP_ID_NOT_FOUND}
     assert coord.group_manager.describe_group("empty").state == "Dead"
-    assert coord.group_manager.fetch_offsets("empty", [("t", 0)])[1] == {("t", 0): (-1, -1, "")}
+    assert coord.offset_manager.fetch_offsets("empty", [("t", 0)])[1] == {("t", 0): (-1, -1, "")}
     assert [g for g, _, _ in coord.group_manager.list_groups()] == ["g"]
     tail = store.partitions[coord.group_manager.partition_for("empty")][-3:]
     assert [(decode_key(k), v) for k, v in tail] == [
@@ -255,7 +255,7 @@ async def test_delete_groups():
     await coord.stop()
     coord2 = await started(store)
     assert coord2.group_manager.describe_group("empty").state == "Dead"
-    assert coord2.group_manager.fetch_offsets("empty", None)[1] == {}
+    assert coord2.offset_manager.fetch_offsets("empty", None)[1] == {}
     # the id can be used again
     assert (await coord2.commit_offsets("empty", -1, "", None, {("t", 0): (3, -1, None)})) == {
         ("t", 0): NONE
@@ -322,18 +322,18 @@ async def test_cluster_partitions_load_on_election_and_drop_on_resignation():
     # not this broker's partition: every API says NOT_COORDINATOR
     m = Member(coord, "c")
     assert (await m.join()).error_code == NOT_COORDINATOR
-    assert coord.group_manager.fetch_offsets("g", None) == (NOT_COORDINATOR, {})
+    assert coord.offset_manager.fetch_offsets("g", None) == (NOT_COORDINATOR, {})
     assert m.heartbeat() == NOT_COORDINATOR
     assert coord.group_manager.describe_group("g").error_code == NOT_COORDINATOR
     coord.on_resignation(p)  # not owned: nothing happens
     # elected: loading until the replay ran, then served with the stored offsets
     coord.on_election(p)
     coord.on_election(p)  # already loading: ignored
-    assert coord.group_manager.fetch_offsets("g", None) == (COORDINATOR_LOAD_IN_PROGRESS, {})
+    assert coord.offset_manager.fetch_offsets("g", None) == (COORDINATOR_LOAD_IN_PROGRESS, {})
     assert (await m.join()).error_code == COORDINATOR_LOAD_IN_PROGRESS
     assert m.heartbeat() == COORDINATOR_LOAD_IN_PROGRESS
     await until(lambda: coord.group_manager.owns("g"))
-    assert coord.group_manager.fetch_offsets("g", None) == (NONE, {("t", 0): (7, -1, "m")})
+    assert coord.offset_manager.fetch_offsets("g", None) == (NONE, {("t", 0): (7, -1, "m")})
     assert not coord.group_manager.owns("h") or coord.group_manager.partition_for("h") == p
     # a join parked in the initial delay is answered NOT_COORDINATOR on resignation
     task = asyncio.ensure_future(m.join())
@@ -342,7 +342,7 @@ async def test_cluster_partitions_load_on_election_and_drop_on_resignation():
     r = await task
     assert r.error_code == NOT_COORDINATOR and r.member_id.startswith("c-")
     assert not coord.group_manager.owns("g")
-    assert coord.group_manager.fetch_offsets("g", None) == (NOT_COORDINATOR, {})
+    assert coord.offset_manager.fetch_offsets("g", None) == (NOT_COORDINATOR, {})
     assert coord.group_manager.list_groups() == []
     # elected again: the committed offset is back; a resignation while loading cancels it
     coord.on_election(p)
@@ -351,7 +351,7 @@ async def test_cluster_partitions_load_on_election_and_drop_on_resignation():
     assert not coord.group_manager.owns("g")
     coord.on_election(p)
     await until(lambda: coord.group_manager.owns("g"))
-    assert coord.group_manager.fetch_offsets("g", None) == (NONE, {("t", 0): (7, -1, "m")})
+    assert coord.offset_manager.fetch_offsets("g", None) == (NONE, {("t", 0): (7, -1, "m")})
     assert [g for g, _, _ in coord.group_manager.list_groups()] == ["g"]
     await coord.stop()
     assert coord.group_manager.availability_error() == COORDINATOR_NOT_AVAILABLE

@@ -8,7 +8,7 @@ from tierlog.coordinator.offset_store import InMemoryOffsetStore
 
 
 def committed(coord, group):
-    return coord.group_manager.fetch_offsets(group, [("t", 0)])[1][("t", 0)][0]
+    return coord.offset_manager.fetch_offsets(group, [("t", 0)])[1][("t", 0)][0]
 
 
 @async_test
@@ -19,13 +19,13 @@ async def test_pending_until_commit_marker_then_visible():
     codes = await coord.commit_txn_offsets("g", 42, 0, -1, "", None, {("t", 0): (10, -1, "m")})
     assert codes == {("t", 0): 0}
     assert committed(coord, "g") == -1
-    assert coord.group_manager.has_pending_txn_offsets("g", ("t", 0))
+    assert coord.offset_manager.has_pending_txn_offsets("g", ("t", 0))
     coord.on_transaction_completed(42, [p + 1], commit=True)  # another partition: no effect
     assert committed(coord, "g") == -1
     store.write_marker(p, 42, commit=True)
     coord.on_transaction_completed(42, [p], commit=True)
     assert committed(coord, "g") == 10
-    assert not coord.group_manager.has_pending_txn_offsets("g", ("t", 0))
+    assert not coord.offset_manager.has_pending_txn_offsets("g", ("t", 0))
     # aborted offsets never show
     await coord.commit_txn_offsets("g", 43, 0, -1, "", None, {("t", 0): (20, -1, "")})
     store.write_marker(p, 43, commit=False)
@@ -37,7 +37,7 @@ async def test_pending_until_commit_marker_then_visible():
 
     reloaded = await started(store)
     assert committed(reloaded, "g") == 10
-    assert reloaded.group_manager.has_pending_txn_offsets("g", ("t", 0))
+    assert reloaded.offset_manager.has_pending_txn_offsets("g", ("t", 0))
     reloaded.on_transaction_completed(44, [p], commit=True)
     assert committed(reloaded, "g") == 30
     await reloaded.stop()

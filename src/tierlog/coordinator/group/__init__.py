@@ -1,11 +1,17 @@
 """The classic consumer-group coordinator (Kafka's ``kafka.coordinator.group``).
 
 * :mod:`~tierlog.coordinator.group.group_coordinator` -- :class:`GroupCoordinator`: the
-  membership protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit's member
-  checks), rebalances and their timers.
+  membership protocol's requests (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit's
+  member checks) and the coordinator's lifecycle.
+* :mod:`~tierlog.coordinator.group.group_rebalance` -- :class:`GroupRebalance`: a classic
+  group's join and sync phases and their timers;
+  :mod:`~tierlog.coordinator.group.session_timers` -- members' session timers.
 * :mod:`~tierlog.coordinator.group.group_metadata_manager` -- :class:`GroupMetadataManager`:
   the groups cache, the ``__consumer_offsets`` partitions this broker owns and their loading,
-  storing group metadata and offsets, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups.
+  the appends to them, storing group metadata, ListGroups, DescribeGroups, DeleteGroups.
+* :mod:`~tierlog.coordinator.group.offset_metadata_manager` -- :class:`OffsetMetadataManager`:
+  storing committed offsets (OffsetCommit, TxnOffsetCommit and its pending offsets),
+  OffsetFetch, OffsetDelete.
 * :mod:`~tierlog.coordinator.group.group_metadata` -- :class:`GroupMetadata`: one group's
   state machine and bookkeeping; :mod:`~tierlog.coordinator.group.member_metadata` -- one
   member (:class:`MemberMetadata`) and the answers it awaits.

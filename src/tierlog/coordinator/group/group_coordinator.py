@@ -4,26 +4,16 @@ What it does (Kafka's ``GroupCoordinator``, classic protocol): JoinGroup / SyncG
 Heartbeat / LeaveGroup drive each group through the state machine of
 :mod:`tierlog.coordinator.group.group_metadata`; OffsetCommit checks the committing member.
 The groups, their persistence in ``__consumer_offsets``, the partitions this broker owns, and
-OffsetFetch / ListGroups / DescribeGroups / DeleteGroups are the
+ListGroups / DescribeGroups / DeleteGroups are the
 :class:`~tierlog.coordinator.group.group_metadata_manager.GroupMetadataManager`'s
-(:attr:`GroupCoordinator.group_manager`). The API takes and returns plain Python values; the
+(:attr:`GroupCoordinator.group_manager`); storing offsets, OffsetFetch and OffsetDelete the
+:class:`~tierlog.coordinator.group.offset_metadata_manager.OffsetMetadataManager`'s
+(:attr:`GroupCoordinator.offset_manager`). The API takes and returns plain Python values; the
 request handlers translate kio messages to and from them.
 
-Timing (all timers are ``loop.call_later``/``call_at``; ``time_ms`` only stamps records):
-
-* **initial rebalance delay** - an Empty group's first join phase lasts
-  ``initial_rebalance_delay_ms`` and is extended by the same step while new members keep
-  arriving, up to the rebalance timeout (Kafka's ``InitialDelayedJoin``). A lone consumer thus
-  waits the delay; a burst of consumers waits the delay plus the time they take to arrive.
-* **join phase of a non-empty group** - ends as soon as every known member has rejoined and
-  no member told MEMBER_ID_REQUIRED is still pending, or when the largest rebalance timeout
-  expires; dynamic members that did not rejoin are then removed.
-* **sync phase** - members that did not send SyncGroup within the rebalance timeout are removed
-  and the group rebalances again.
-* **session timeout** - a member that does not heartbeat within its session timeout is removed
-  (members awaiting a join or sync response are exempt; new members get 5 minutes to finish
-  their first join). Each member has one timer and a deadline: a heartbeat only moves the
-  deadline (O(1)), the timer re-arms itself when it finds the deadline moved.
+Timing: the join and sync phases and their timers are
+:mod:`~tierlog.coordinator.group.group_rebalance`'s, members' sessions
+:mod:`~tierlog.coordinator.group.session_timers`'.
 
 Group generations and offset commits are answered only after the store has them (see
 :mod:`~tierlog.coordinator.group.group_metadata_manager` for the order of appends).
@@ -39,23 +29,22 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine, Mapping
-from dataclasses import dataclass, replace
 from typing import Any
 
 from tierlog.coordinator.group.consumer_group import ConsumerGroupConfig, TopicImage
 from tierlog.coordinator.group.consumer_group_coordinator import ConsumerGroupCoordinator
 from tierlog.coordinator.group.group_metadata import GroupMetadata, GroupState
-from tierlog.coordinator.group.group_metadata_manager import (
-    OFFSET_METADATA_MAX_SIZE,
-    GroupMetadataManager,
-)
+from tierlog.coordinator.group.group_metadata_manager import GroupMetadataManager
+from tierlog.coordinator.group.group_rebalance import GroupRebalance, JoinRequest
 from tierlog.coordinator.group.member_metadata import (
-    JoinCallback,
     JoinResult,
-    MemberMetadata,
     SyncCallback,
     SyncResult,
     dedupe_protocols,
+)
+from tierlog.coordinator.group.offset_metadata_manager import (
+    OFFSET_METADATA_MAX_SIZE,
+    OffsetMetadataManager,
 )
 from tierlog.coordinator.offset_store import OffsetStore
 from tierlog.errors import (
@@ -65,7 +54,6 @@ from tierlog.errors import (
     InconsistentGroupProtocol,
     InvalidGroupId,
     InvalidSessionTimeout,
-    MemberIdRequired,
     NotCoordinator,
     RebalanceInProgress,
     UnknownMemberId,
@@ -80,26 +68,10 @@ NEW_MEMBER_JOIN_TIMEOUT_MS = 5 * 60 * 1000
 
 _EMPTY = GroupState.EMPTY
 _PREPARING = GroupState.PREPARING_REBALANCE
-_COMPLETING = GroupState.COMPLETING_REBALANCE
 _STABLE = GroupState.STABLE
 _DEAD = GroupState.DEAD
 
 TopicPartition = tuple[str, int]
-
-
-@dataclass(frozen=True, slots=True)
-class _JoinRequest:
-    member_id: str
-    group_instance_id: str | None
-    protocol_type: str
-    protocols: list[tuple[str, bytes]]
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    client_id: str
-    client_host: str
-    require_known_member_id: bool
-    reason: str | None
-    supports_skip_assignment: bool
 
 
 def _resolver(future: asyncio.Future[Any]) -> Callable[[Any], None]:
@@ -111,8 +83,8 @@ def _resolver(future: asyncio.Future[Any]) -> Callable[[Any], None]:
 
 
 class GroupCoordinator:
-    """The classic group coordinator. See the module docstring for timing and thread-safety
-    (single event loop, not thread-safe)."""
+    """The classic group coordinator. See the module docstring for thread-safety (single event
+    loop, not thread-safe)."""
 
     def __init__(
         self,
@@ -128,25 +100,37 @@ class GroupCoordinator:
         consumer_group_config: ConsumerGroupConfig | None = None,
         topics: Callable[[], Mapping[str, TopicImage]] = dict,
     ) -> None:
-        #: The groups, their offsets and their persistence (Kafka's ``groupManager``).
+        #: The groups and their persistence (Kafka's ``groupManager``).
         self.group_manager = GroupMetadataManager(
             store,
             spawn=self._spawn,
             offsets_topic_num_partitions=offsets_topic_num_partitions,
-            offset_metadata_max_bytes=offset_metadata_max_bytes,
             time_ms=time_ms,
             topics=topics,
+        )
+        #: The groups' committed and pending offsets (Kafka's ``OffsetMetadataManager``).
+        self.offset_manager = OffsetMetadataManager(
+            self.group_manager,
+            offset_metadata_max_bytes=offset_metadata_max_bytes,
+            time_ms=time_ms,
         )
         #: KIP-848 consumer groups (ConsumerGroupHeartbeat, ConsumerGroupDescribe).
         self.consumer_groups = ConsumerGroupCoordinator(
             self.group_manager, consumer_group_config or ConsumerGroupConfig(), self._spawn
         )
-        self._initial_delay_ms = initial_rebalance_delay_ms
         self._min_session_ms = min_session_timeout_ms
         self._max_session_ms = max_session_timeout_ms
-        self._new_member_timeout_ms = new_member_join_timeout_ms
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: The classic groups' join and sync phases, and their members' sessions.
+        self._rebalance = GroupRebalance(
+            self.group_manager,
+            running_loop=self._running_loop,
+            spawn=self._spawn,
+            initial_rebalance_delay_ms=initial_rebalance_delay_ms,
+            new_member_join_timeout_ms=new_member_join_timeout_ms,
+        )
+        self._sessions = self._rebalance.sessions
 
     # ================================================================== lifecycle
 
@@ -187,7 +171,7 @@ class GroupCoordinator:
     def _on_group_loaded(self, group: GroupMetadata) -> None:
         """A group read from the store: its members must heartbeat within their session."""
         for member in group.members.values():
-            self._schedule_heartbeat(group, member)
+            self._sessions.schedule(group, member)
 
     def _on_group_unloaded(self, group: GroupMetadata) -> None:
         """Kafka's onGroupUnloaded: no more timers; parked requests get NOT_COORDINATOR."""
@@ -197,7 +181,7 @@ class GroupCoordinator:
                 timer.cancel()
         group.join_timer = group.sync_timer = None
         for member in group.all_members():
-            self._cancel_heartbeat(member)
+            self._sessions.cancel(member)
             group.maybe_invoke_join_callback(
                 member, JoinResult(not_coordinator, member_id=member.member_id)
             )
@@ -229,7 +213,7 @@ class GroupCoordinator:
             return JoinResult(err, member_id=member_id)
         if not self._min_session_ms <= session_timeout_ms <= self._max_session_ms:
             return JoinResult(InvalidSessionTimeout.error_code, member_id=member_id)
-        req = _JoinRequest(
+        req = JoinRequest(
             member_id,
             group_instance_id,
             protocol_type,
@@ -256,394 +240,11 @@ class GroupCoordinator:
         future: asyncio.Future[JoinResult] = self._running_loop().create_future()
         callback = _resolver(future)
         if member_id:
-            self._join_current_member(group, req, callback)
+            self._rebalance.join_current_member(group, req, callback)
         else:
-            self._join_new_member(group, req, callback)
-        self._maybe_complete_join(group)
+            self._rebalance.join_new_member(group, req, callback)
+        self._rebalance.maybe_complete_join(group)
         return await future
-
-    def _join_new_member(self, group: GroupMetadata, req: _JoinRequest, cb: JoinCallback) -> None:
-        if group.is_(_DEAD):
-            cb(JoinResult(CoordinatorNotAvailable.error_code, member_id=req.member_id))
-        elif not group.supports_protocols(req.protocol_type, [p for p, _ in req.protocols]):
-            cb(JoinResult(InconsistentGroupProtocol.error_code, member_id=req.member_id))
-        else:
-            new_id = group.generate_member_id(req.client_id, req.group_instance_id)
-            if req.group_instance_id is not None:
-                old_id = group.current_static_member_id(req.group_instance_id)
-                if old_id is None:
-                    self._add_member_and_rebalance(group, new_id, req, cb)
-                else:
-                    self._update_static_member_and_rebalance(group, old_id, new_id, req, cb)
-            elif req.require_known_member_id:
-                # KIP-394: hand out the id first; the member counts as pending until it joins
-                # with it (or its session timeout passes), and a join phase waits for it.
-                group.pending_members[new_id] = self._running_loop().call_later(
-                    req.session_timeout_ms / 1000, self._expire_pending_member, group, new_id
-                )
-                cb(JoinResult(MemberIdRequired.error_code, member_id=new_id))
-            else:
-                self._add_member_and_rebalance(group, new_id, req, cb)
-
-    def _join_current_member(
-        self, group: GroupMetadata, req: _JoinRequest, cb: JoinCallback
-    ) -> None:
-        member_id = req.member_id
-        if group.is_(_DEAD):
-            cb(JoinResult(CoordinatorNotAvailable.error_code, member_id=member_id))
-        elif not group.supports_protocols(req.protocol_type, [p for p, _ in req.protocols]):
-            cb(JoinResult(InconsistentGroupProtocol.error_code, member_id=member_id))
-        elif group.is_pending_member(member_id):
-            if req.group_instance_id is not None:  # static members are never pending
-                cb(JoinResult(UnknownMemberId.error_code, member_id=member_id))
-            else:
-                self._add_member_and_rebalance(group, member_id, req, cb)
-        elif err := group.validate_member(member_id, req.group_instance_id):
-            cb(JoinResult(err, member_id=member_id))
-        else:
-            member = group.members[member_id]
-            unchanged = member.matches(req.protocols)
-            if group.is_(_PREPARING):
-                self._update_member_and_rebalance(group, member, req, cb)
-            elif group.is_(_COMPLETING) and unchanged:
-                # it probably missed the JoinGroup response: send it again
-                cb(self._current_join_result(group, member, group.is_leader(member_id)))
-            elif group.is_(_STABLE) and unchanged and not group.is_leader(member_id):
-                cb(self._current_join_result(group, member, False))
-            elif group.state in (_COMPLETING, _STABLE):
-                # changed metadata, or the leader asks for a rebalance
-                self._update_member_and_rebalance(group, member, req, cb)
-            else:
-                cb(JoinResult(UnknownMemberId.error_code, member_id=member_id))
-
-    def _current_join_result(
-        self, group: GroupMetadata, member: MemberMetadata, with_members: bool
-    ) -> JoinResult:
-        return JoinResult(
-            0,
-            group.generation_id,
-            group.protocol_type,
-            group.protocol_name,
-            group.leader_id or "",
-            member.member_id,
-            group.current_member_metadata() if with_members else [],
-        )
-
-    def _add_member_and_rebalance(
-        self, group: GroupMetadata, member_id: str, req: _JoinRequest, cb: JoinCallback
-    ) -> None:
-        member = MemberMetadata(
-            member_id,
-            req.group_instance_id,
-            req.client_id,
-            req.client_host,
-            req.rebalance_timeout_ms,
-            req.session_timeout_ms,
-            req.protocol_type,
-            req.protocols,
-        )
-        member.is_new = True
-        if group.is_(_PREPARING) and group.previous_state is _EMPTY:
-            group.new_member_added = True  # extends the initial rebalance delay
-        pending_timer = group.pending_members.get(member_id)
-        if pending_timer is not None:
-            pending_timer.cancel()
-        group.add(member, cb)
-        # New members cannot heartbeat yet; expire their JoinGroup after a long timeout so
-        # that abandoned joins (client gave up and retried) do not accumulate.
-        self._schedule_heartbeat(group, member, self._new_member_timeout_ms)
-        self._maybe_prepare_rebalance(group, f"new member {member_id} joined ({req.reason})")
-
-    def _update_member_and_rebalance(
-        self, group: GroupMetadata, member: MemberMetadata, req: _JoinRequest, cb: JoinCallback
-    ) -> None:
-        old = group.update_member(
-            member, req.protocols, req.rebalance_timeout_ms, req.session_timeout_ms, cb
-        )
-        if old is not None:  # a duplicate JoinGroup replaces the parked one
-            old(JoinResult(RebalanceInProgress.error_code, member_id=member.member_id))
-        self._maybe_prepare_rebalance(group, f"member {member.member_id} rejoined ({req.reason})")
-
-    def _update_static_member_and_rebalance(
-        self,
-        group: GroupMetadata,
-        old_id: str,
-        new_id: str,
-        req: _JoinRequest,
-        cb: JoinCallback,
-    ) -> None:
-        """A static member rejoined with an unknown member id (e.g. after a restart): it takes
-        over the old member's place; a Stable group keeps its assignment without a rebalance
-        unless the selected protocol would change."""
-        assert req.group_instance_id is not None
-        instance_id = req.group_instance_id
-        current_leader = group.leader_id
-        member = group.replace_static_member(instance_id, old_id, new_id)
-        self._schedule_heartbeat(group, member)
-        old_protocols = member.protocols
-        old_timeouts = (member.rebalance_timeout_ms, member.session_timeout_ms)
-        group.update_member(
-            member, req.protocols, req.rebalance_timeout_ms, req.session_timeout_ms, cb
-        )
-        if group.is_(_STABLE):
-            if group.select_protocol() != group.protocol_name:
-                self._maybe_prepare_rebalance(group, f"static member {instance_id} changed")
-                return
-            assignment = {m.member_id: m.assignment for m in group.members.values()}
-            generation = group.generation_id
-            stored = self.group_manager.store_group(group, assignment)
-
-            async def persist() -> None:
-                try:
-                    await stored
-                    error = 0
-                except Exception as exc:
-                    error = self.group_manager.storage_error(exc, commit=False)
-                still_waiting = group.members.get(new_id) is member and member.is_awaiting_join
-                if not (still_waiting and group.is_(_STABLE)):
-                    return  # a rebalance started meanwhile: it answers the member
-                if generation != group.generation_id:
-                    return
-                if error:
-                    callback = group.update_member(member, old_protocols, *old_timeouts, None)
-                    group.replace_static_member(instance_id, new_id, old_id)
-                    self._schedule_heartbeat(group, member)
-                    if callback is not None:
-                        callback(
-                            JoinResult(
-                                error,
-                                group.generation_id,
-                                group.protocol_type,
-                                group.protocol_name,
-                                current_leader or "",
-                            )
-                        )
-                elif req.supports_skip_assignment:
-                    # JoinGroup v9+: the leader learns it leads but must not reassign
-                    is_leader = group.is_leader(new_id)
-                    result = self._current_join_result(group, member, is_leader)
-                    result = replace(result, skip_assignment=is_leader)
-                    group.maybe_invoke_join_callback(member, result)
-                else:
-                    # Older clients: report the old leader id so that a rejoining leader does
-                    # not run an assignment the Stable group would ignore.
-                    result = self._current_join_result(group, member, False)
-                    result = replace(result, leader_id=current_leader or "")
-                    group.maybe_invoke_join_callback(member, result)
-
-            self._spawn(persist())
-        elif group.is_(_COMPLETING):
-            # the leader may have been given the old member id: assign again
-            self._prepare_rebalance(group, f"static member {instance_id} rejoined while syncing")
-        elif not group.is_(_PREPARING):
-            group.maybe_invoke_join_callback(
-                member, JoinResult(UnknownMemberId.error_code, member_id=new_id)
-            )
-
-    # ================================================================== rebalance machinery
-
-    def _maybe_prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
-        if group.can_rebalance():
-            self._prepare_rebalance(group, reason)
-
-    def _prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
-        if group.is_(_COMPLETING):
-            self._reset_and_propagate_assignment_error(group, RebalanceInProgress.error_code)
-        self._cancel_timer(group, "sync_timer")
-        self._cancel_timer(group, "join_timer")
-        initial = group.is_(_EMPTY)
-        group.transition_to(_PREPARING)
-        log.info(
-            "group %s preparing rebalance (generation %d): %s",
-            group.group_id,
-            group.generation_id,
-            reason,
-        )
-        loop = self._running_loop()
-        if initial:
-            group.new_member_added = False
-            delay = self._initial_delay_ms
-            remaining = max(group.rebalance_timeout_ms() - delay, 0)
-            group.join_timer = loop.call_later(
-                delay / 1000, self._on_initial_join_timer, group, delay, remaining
-            )
-        else:
-            group.join_timer = loop.call_later(
-                group.rebalance_timeout_ms() / 1000, self._on_join_timer, group
-            )
-            self._maybe_complete_join(group)
-
-    def _on_initial_join_timer(
-        self, group: GroupMetadata, delay_ms: int, remaining_ms: int
-    ) -> None:
-        group.join_timer = None
-        if not group.is_(_PREPARING):
-            return
-        if group.new_member_added and remaining_ms != 0:
-            group.new_member_added = False
-            new_delay = min(self._initial_delay_ms, remaining_ms)
-            new_remaining = max(remaining_ms - delay_ms, 0)
-            group.join_timer = self._running_loop().call_later(
-                new_delay / 1000, self._on_initial_join_timer, group, new_delay, new_remaining
-            )
-        else:
-            self._complete_join(group)
-
-    def _on_join_timer(self, group: GroupMetadata) -> None:
-        group.join_timer = None
-        if group.is_(_PREPARING):
-            self._complete_join(group)
-
-    def _maybe_complete_join(self, group: GroupMetadata) -> None:
-        """End the join phase early when everyone is in (never the initial, delayed one)."""
-        if (
-            group.is_(_PREPARING)
-            and group.previous_state is not _EMPTY
-            and group.has_all_members_joined()
-        ):
-            self._complete_join(group)
-
-    def _complete_join(self, group: GroupMetadata) -> None:
-        self._cancel_timer(group, "join_timer")
-        for member in group.not_yet_rejoined_members():
-            if not member.is_static:
-                log.info("group %s: removing member %s (did not rejoin)", group.group_id, member)
-                self._remove_member(group, member)
-        if group.is_(_DEAD):
-            return
-        loop = self._running_loop()
-        if not group.maybe_elect_new_joined_leader() and group.members:
-            # only static members that did not rejoin: wait for them (or their session)
-            group.join_timer = loop.call_later(
-                group.rebalance_timeout_ms() / 1000, self._on_join_timer, group
-            )
-            return
-        group.init_next_generation()
-        if group.is_(_EMPTY):
-            log.info("group %s is empty at generation %d", group.group_id, group.generation_id)
-            self._spawn(self.group_manager.store_empty_group(group))
-            return
-        log.info(
-            "group %s stabilizing generation %d with %d members, protocol %s",
-            group.group_id,
-            group.generation_id,
-            len(group.members),
-            group.protocol_name,
-        )
-        leader_view = group.current_member_metadata()
-        for member in group.all_members():
-            result = self._current_join_result(group, member, False)
-            if group.is_leader(member.member_id):
-                result = replace(result, members=leader_view)
-            group.maybe_invoke_join_callback(member, result)
-            self._schedule_heartbeat(group, member)
-            member.is_new = False
-            group.pending_sync_members.add(member.member_id)
-        group.sync_timer = loop.call_later(
-            group.rebalance_timeout_ms() / 1000,
-            self._on_sync_timer,
-            group,
-            group.generation_id,
-        )
-
-    def _on_sync_timer(self, group: GroupMetadata, generation: int) -> None:
-        group.sync_timer = None
-        if generation != group.generation_id or not group.pending_sync_members:
-            return
-        if group.state in (_COMPLETING, _STABLE):
-            missing = sorted(group.pending_sync_members)
-            for member_id in missing:
-                member = group.members.get(member_id)
-                if member is not None:
-                    self._remove_member(group, member)
-            self._prepare_rebalance(group, f"members {missing} did not send SyncGroup in time")
-
-    def _reset_and_propagate_assignment_error(self, group: GroupMetadata, error: int) -> None:
-        for member in group.all_members():
-            member.assignment = b""
-            if group.maybe_invoke_sync_callback(member, SyncResult(error)):
-                self._schedule_heartbeat(group, member)
-
-    def _set_and_propagate_assignment(
-        self, group: GroupMetadata, assignment: dict[str, bytes]
-    ) -> None:
-        for member in group.all_members():
-            member.assignment = assignment.get(member.member_id, b"")
-        for member in group.all_members():
-            result = SyncResult(0, group.protocol_type, group.protocol_name, member.assignment)
-            if group.maybe_invoke_sync_callback(member, result):
-                # its session may have lapsed while it waited: start it afresh
-                self._schedule_heartbeat(group, member)
-
-    def _remove_member(self, group: GroupMetadata, member: MemberMetadata) -> None:
-        group.remove(member.member_id)
-        self._cancel_heartbeat(member)
-
-    def _remove_member_and_update_group(
-        self, group: GroupMetadata, member: MemberMetadata, reason: str
-    ) -> None:
-        unknown = UnknownMemberId.error_code
-        group.maybe_invoke_join_callback(member, JoinResult(unknown))
-        group.maybe_invoke_sync_callback(member, SyncResult(unknown))
-        self._remove_member(group, member)
-        if group.state in (_STABLE, _COMPLETING):
-            self._maybe_prepare_rebalance(group, reason)
-        elif group.is_(_PREPARING):
-            self._maybe_complete_join(group)
-
-    def _expire_pending_member(self, group: GroupMetadata, member_id: str) -> None:
-        if member_id in group.pending_members:
-            del group.pending_members[member_id]
-            log.info("group %s: pending member %s expired", group.group_id, member_id)
-            self._maybe_complete_join(group)
-
-    # ------------------------------------------------------------------ session timers
-
-    def _schedule_heartbeat(
-        self, group: GroupMetadata, member: MemberMetadata, timeout_ms: int | None = None
-    ) -> None:
-        """Kafka's ``completeAndScheduleNextHeartbeatExpiration``: O(1) unless the deadline
-        moves earlier than the armed timer (then one cancel + one schedule)."""
-        loop = self._running_loop()
-        timeout = member.session_timeout_ms if timeout_ms is None else timeout_ms
-        deadline = loop.time() + timeout / 1000
-        member.heartbeat_deadline = deadline
-        timer = member.heartbeat_timer
-        if timer is not None:
-            if timer.when() <= deadline:
-                return  # it will fire first and re-arm itself for the new deadline
-            timer.cancel()
-        member.heartbeat_timer = loop.call_at(deadline, self._on_heartbeat_timer, group, member)
-
-    def _on_heartbeat_timer(self, group: GroupMetadata, member: MemberMetadata) -> None:
-        member.heartbeat_timer = None
-        if group.is_(_DEAD) or group.members.get(member.member_id) is not member:
-            return
-        loop = self._running_loop()
-        if loop.time() + 0.001 < member.heartbeat_deadline:
-            member.heartbeat_timer = loop.call_at(
-                member.heartbeat_deadline, self._on_heartbeat_timer, group, member
-            )
-            return
-        # Members parked in JoinGroup or SyncGroup cannot heartbeat: their session restarts
-        # when the response is sent. New members are the exception (first join timeout).
-        if member.is_new or not (member.is_awaiting_join or member.is_awaiting_sync):
-            log.info("group %s: member %s session expired", group.group_id, member.member_id)
-            self._remove_member_and_update_group(
-                group, member, f"member {member.member_id} session expired"
-            )
-
-    def _cancel_heartbeat(self, member: MemberMetadata) -> None:
-        if member.heartbeat_timer is not None:
-            member.heartbeat_timer.cancel()
-            member.heartbeat_timer = None
-
-    @staticmethod
-    def _cancel_timer(group: GroupMetadata, name: str) -> None:
-        timer: asyncio.TimerHandle | None = getattr(group, name)
-        if timer is not None:
-            timer.cancel()
-            setattr(group, name, None)
 
     # ================================================================== SyncGroup
 
@@ -681,8 +282,8 @@ class GroupCoordinator:
         if group.is_(_PREPARING):
             return SyncResult(RebalanceInProgress.error_code)
         if group.is_(_STABLE):
-            self._remove_pending_sync_member(group, member_id)
-            self._schedule_heartbeat(group, member)
+            self._rebalance.remove_pending_sync_member(group, member_id)
+            self._sessions.schedule(group, member)
             return SyncResult(0, group.protocol_type, group.protocol_name, member.assignment)
         # CompletingRebalance: park until the leader's assignment is stored
         future: asyncio.Future[SyncResult] = self._running_loop().create_future()
@@ -690,7 +291,7 @@ class GroupCoordinator:
         member.awaiting_sync = _resolver(future)
         if old is not None:  # a duplicate SyncGroup replaces the parked one
             old(SyncResult(RebalanceInProgress.error_code))
-        self._remove_pending_sync_member(group, member_id)
+        self._rebalance.remove_pending_sync_member(group, member_id)
         if group.is_leader(member_id):
             full = {mid: bytes(assignments.get(mid, b"")) for mid in group.members}
             log.info(
@@ -700,35 +301,8 @@ class GroupCoordinator:
                 generation_id,
             )
             stored = self.group_manager.store_group(group, full)
-            self._spawn(self._store_assignment(group, generation_id, full, stored))
+            self._spawn(self._rebalance.store_assignment(group, generation_id, full, stored))
         return await future
-
-    async def _store_assignment(
-        self,
-        group: GroupMetadata,
-        generation: int,
-        assignment: dict[str, bytes],
-        stored: asyncio.Future[None],
-    ) -> None:
-        try:
-            await stored
-            error = 0
-        except Exception as exc:
-            error = self.group_manager.storage_error(exc, commit=False)
-        # a member may have joined meanwhile: only finish the generation we stored
-        if group.is_(_COMPLETING) and group.generation_id == generation:
-            if error:
-                self._reset_and_propagate_assignment_error(group, error)
-                self._maybe_prepare_rebalance(group, "storing the assignment failed")
-            else:
-                self._set_and_propagate_assignment(group, assignment)
-                group.transition_to(_STABLE)
-                log.info("group %s stable at generation %d", group.group_id, generation)
-
-    def _remove_pending_sync_member(self, group: GroupMetadata, member_id: str) -> None:
-        group.pending_sync_members.discard(member_id)
-        if not group.pending_sync_members:
-            self._cancel_timer(group, "sync_timer")
 
     # ================================================================== Heartbeat, LeaveGroup
 
@@ -755,7 +329,7 @@ class GroupCoordinator:
             return IllegalGeneration.error_code
         if group.is_(_EMPTY):
             return UnknownMemberId.error_code
-        self._schedule_heartbeat(group, group.members[member_id])
+        self._sessions.schedule(group, group.members[member_id])
         return RebalanceInProgress.error_code if group.is_(_PREPARING) else 0
 
     async def leave_group(
@@ -786,7 +360,7 @@ class GroupCoordinator:
                 timer = group.pending_members.pop(member_id)
                 if timer is not None:
                     timer.cancel()
-                self._maybe_complete_join(group)
+                self._rebalance.maybe_complete_join(group)
                 results.append((member_id, instance_id, 0))
                 continue
             elif err := group.validate_member(member_id, instance_id):
@@ -796,7 +370,9 @@ class GroupCoordinator:
                 member_id_to_remove = member_id
             member = group.members[member_id_to_remove]
             log.info("group %s: member %s left", group.group_id, member_id_to_remove)
-            self._remove_member_and_update_group(group, member, f"{member_id_to_remove} left")
+            self._rebalance.remove_member_and_update_group(
+                group, member, f"{member_id_to_remove} left"
+            )
             results.append((member_id, instance_id, 0))
         return 0, results
 
@@ -823,7 +399,7 @@ class GroupCoordinator:
                 consumer_group.validate_offset_commit(member_id, generation_id)
             except ApiError as exc:
                 return dict.fromkeys(offsets, exc.error_code)
-            return await manager.store_offsets(consumer_group, offsets)
+            return await self.offset_manager.store_offsets(consumer_group, offsets)
         group = manager.get_group(group_id)
         if group is None:
             if generation_id >= 0:
@@ -833,8 +409,8 @@ class GroupCoordinator:
             return dict.fromkeys(offsets, err)
         member = group.members.get(member_id)
         if member is not None:
-            self._schedule_heartbeat(group, member)
-        return await manager.store_offsets(group, offsets)
+            self._sessions.schedule(group, member)
+        return await self.offset_manager.store_offsets(group, offsets)
 
     async def commit_txn_offsets(
         self,
@@ -861,14 +437,16 @@ class GroupCoordinator:
             return dict.fromkeys(offsets, err)
         if generation_id >= 0 and generation_id != group.generation_id:
             return dict.fromkeys(offsets, IllegalGeneration.error_code)
-        return await manager.store_txn_offsets(group, producer_id, producer_epoch, offsets)
+        return await self.offset_manager.store_txn_offsets(
+            group, producer_id, producer_epoch, offsets
+        )
 
     def on_transaction_completed(
         self, producer_id: int, partitions: list[int], commit: bool
     ) -> None:
         """The transaction coordinator's marker reached these ``__consumer_offsets``
         partitions (ReplicaManager's ``txn_completion_listeners``)."""
-        self.group_manager.handle_txn_completion(producer_id, partitions, commit)
+        self.offset_manager.handle_txn_completion(producer_id, partitions, commit)
 
     # ================================================================== helpers
 

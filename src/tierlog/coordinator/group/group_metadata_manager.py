@@ -1,11 +1,12 @@
 """The group coordinator's groups and their persistence in ``__consumer_offsets``.
 
 Kafka's ``GroupMetadataManager``: the cache of groups this broker coordinates, the partitions
-of ``__consumer_offsets`` it owns (loading one replays it), storing group generations and
-offsets, and the group APIs that need no membership protocol: OffsetFetch, ListGroups,
-DescribeGroups, DeleteGroups. The membership protocol is
-:class:`~tierlog.coordinator.group.group_coordinator.GroupCoordinator`'s, which owns this
-manager and the event loop.
+of ``__consumer_offsets`` it owns (loading one replays it), the appends to them (group
+generations here; offsets for the
+:class:`~tierlog.coordinator.group.offset_metadata_manager.OffsetMetadataManager`), and the
+group APIs that need no membership protocol: ListGroups, DescribeGroups, DeleteGroups. The
+membership protocol is :class:`~tierlog.coordinator.group.group_coordinator.GroupCoordinator`'s,
+which owns this manager, the offset manager and the event loop.
 
 Persistence goes through an :class:`~tierlog.coordinator.offset_store.OffsetStore` (the broker
 implements it on its ``__consumer_offsets`` log): record formats are Kafka's
@@ -15,12 +16,10 @@ serialized by a lock and their in-memory effect is applied under it, so memory a
 the order of the log. Loading a partition replays it, last writer wins per key (tombstones
 delete).
 
-Transactional offset commits (TxnOffsetCommit, Kafka's ``storeOffsets`` with a producer id):
-the records go to the log as a transactional batch of the producer and wait, per producer id,
-in a pending table; the transaction coordinator's COMMIT marker on the partition makes them the
-group's committed offsets (:meth:`GroupMetadataManager.handle_txn_completion`), an ABORT drops
-them. A load does the same with the batches it replays: transactional records wait for their
-producer's control batch.
+A load replays transactional offset records (TxnOffsetCommit) as the log ended them: a
+COMMIT marker makes them the group's offsets, an ABORT drops them, and those whose producer's
+control batch is not in the log yet go to the offset manager's pending table
+(:attr:`GroupMetadataManager.on_txn_offsets_loaded`).
 
 Ownership: on a single node every partition is loaded at startup and owned (``None``); in a
 cluster a partition is loaded when this broker becomes its leader
@@ -50,7 +49,6 @@ from tierlog.coordinator.group.consumer_group_records import (
     ConsumerGroupKey,
     decode_consumer_group_key,
 )
-from tierlog.coordinator.group.consumer_protocol import PROTOCOL_TYPE, subscribed_topics
 from tierlog.coordinator.group.group_metadata import CommittedOffset, GroupMetadata, GroupState
 from tierlog.coordinator.group.group_records import (
     GroupMetadataKey,
@@ -66,11 +64,9 @@ from tierlog.coordinator.offset_store import (
     StoredBatch,
 )
 from tierlog.errors import (
-    ApiError,
     CoordinatorLoadInProgress,
     CoordinatorNotAvailable,
     GroupIdNotFound,
-    GroupSubscribedToTopic,
     InvalidCommitOffsetSize,
     InvalidGroupId,
     LocalProtocolError,
@@ -78,22 +74,17 @@ from tierlog.errors import (
     NonEmptyGroup,
     NotCoordinator,
     NotLeaderOrFollower,
-    OffsetMetadataTooLarge,
     RecordListTooLarge,
     UnknownServerError,
 )
 
 __all__ = [
-    "OFFSET_METADATA_MAX_SIZE",
     "GroupDescription",
     "GroupMetadataManager",
     "java_string_hash",
 ]
 
 log = logging.getLogger(__name__)
-
-OFFSET_METADATA_MAX_SIZE = 4096
-"""Kafka's ``offset.metadata.max.bytes`` (compared with the Java string length)."""
 
 _EMPTY = GroupState.EMPTY
 _STABLE = GroupState.STABLE
@@ -102,6 +93,7 @@ _DEAD = GroupState.DEAD
 TopicPartition = tuple[str, int]
 GroupCallback = Callable[[GroupMetadata], None]
 ConsumerGroupCallback = Callable[[ConsumerGroup], None]
+TxnOffsetsCallback = Callable[[int, dict[str, dict[TopicPartition, CommittedOffset]]], None]
 TopicsProvider = Callable[[], Mapping[str, TopicImage]]
 Spawn = Callable[[Coroutine[Any, Any, None]], "asyncio.Task[None]"]
 
@@ -136,10 +128,6 @@ def java_string_hash(s: str) -> int:
     return h - (1 << 32) if h >= 1 << 31 else h
 
 
-def _java_length(s: str) -> int:
-    return len(s) if s.isascii() else len(s.encode("utf-16-le")) // 2
-
-
 class GroupMetadataManager:
     """The groups and offsets of the ``__consumer_offsets`` partitions this broker owns. See
     the module docstring for persistence, ownership and thread-safety (single event loop)."""
@@ -150,7 +138,6 @@ class GroupMetadataManager:
         *,
         spawn: Spawn,
         offsets_topic_num_partitions: int,
-        offset_metadata_max_bytes: int,
         time_ms: Callable[[], int],
         topics: TopicsProvider = dict,
     ) -> None:
@@ -159,7 +146,6 @@ class GroupMetadataManager:
         self._store = store
         self._spawn = spawn
         self._num_partitions = offsets_topic_num_partitions
-        self._metadata_max = offset_metadata_max_bytes
         self._time_ms = time_ms
         self._groups: dict[str, GroupMetadata] = {}
         #: KIP-848 consumer groups; a group id is in at most one of the two dicts.
@@ -176,10 +162,11 @@ class GroupMetadataManager:
         #: node); in a cluster those this broker leads, loaded on election.
         self._owned: set[int] | None = None
         self._loading: set[int] = set()
-        #: Transactional offsets awaiting their producer's marker:
-        #: producer id -> group id -> (topic, partition) -> offset (Kafka's
-        #: pendingTransactionalOffsetCommits and openGroupsForProducer).
-        self._pending_txn: dict[int, dict[str, dict[TopicPartition, CommittedOffset]]] = {}
+        #: Told of the transactional offsets a load found without their producer's marker
+        #: (producer id, group id -> offsets); the offset manager keeps them pending.
+        self.on_txn_offsets_loaded: TxnOffsetsCallback = lambda _p, _o: None
+        #: Told of each partition whose groups were dropped (after them).
+        self.on_partition_unloaded: Callable[[int], None] = lambda _p: None
 
     # ================================================================== lifecycle
 
@@ -241,9 +228,7 @@ class GroupMetadataManager:
             on_group_unloaded(self._groups.pop(group_id))
         for group_id in [g for g in self.consumer_groups if self.partition_for(g) == partition]:
             self.on_consumer_group_unloaded(self.consumer_groups.pop(group_id))
-        for by_group in self._pending_txn.values():
-            for group_id in [g for g in by_group if self.partition_for(g) == partition]:
-                del by_group[group_id]
+        self.on_partition_unloaded(partition)
         log.info("group coordinator: unloaded __consumer_offsets-%d", partition)
 
     # ================================================================== ownership
@@ -333,140 +318,24 @@ class GroupMetadataManager:
         self._spawn(store())
         return group
 
-    def append_group_records(self, group_id: str, records: list[Record]) -> asyncio.Future[None]:
-        """Append a group's records to its partition (in call order); durable when done."""
-        return self._append(self.partition_for(group_id), records)
-
-    # ================================================================== offsets
-
-    def _offset_records(
-        self, group_id: str, offsets: dict[TopicPartition, tuple[int, int, str | None]]
-    ) -> tuple[dict[TopicPartition, int], dict[TopicPartition, CommittedOffset], list[Record]]:
-        """The records of an offset commit (plain or transactional): OFFSET_METADATA_TOO_LARGE
-        per oversized partition, the offsets to keep, and their records."""
-        now = self._time_ms()
-        results: dict[TopicPartition, int] = {}
-        valid: dict[TopicPartition, CommittedOffset] = {}
-        records: list[Record] = []
-        for tp, (offset, leader_epoch, metadata) in offsets.items():
-            md = metadata or ""
-            if _java_length(md) > self._metadata_max:
-                results[tp] = OffsetMetadataTooLarge.error_code
-                continue
-            valid[tp] = CommittedOffset(offset, leader_epoch, md, now)
-            key = OffsetCommitKey(group_id, tp[0], tp[1]).encode()
-            records.append((key, OffsetCommitValue(offset, leader_epoch, md, now).encode()))
-        return results, valid, records
-
-    async def store_offsets(
-        self,
-        group: GroupMetadata | ConsumerGroup,
-        offsets: dict[TopicPartition, tuple[int, int, str | None]],
-    ) -> dict[TopicPartition, int]:
-        """Store offsets (topic, partition) -> (offset, leader epoch, metadata) of a group
-        whose commit was validated: an error code per partition (OFFSET_METADATA_TOO_LARGE
-        for oversized metadata). Answers after the store is durable."""
-        results, valid, records = self._offset_records(group.group_id, offsets)
-        if records:
-            try:
-                await self._append(
-                    self.partition_for(group.group_id),
-                    records,
-                    lambda: group.offsets.update(valid),
-                )
-                code = 0
-            except Exception as exc:
-                code = self.storage_error(exc, commit=True)
-            results.update(dict.fromkeys(valid, code))
-        return {tp: results[tp] for tp in offsets}
-
-    async def store_txn_offsets(
-        self,
-        group: GroupMetadata,
-        producer_id: int,
-        producer_epoch: int,
-        offsets: dict[TopicPartition, tuple[int, int, str | None]],
-    ) -> dict[TopicPartition, int]:
-        """TxnOffsetCommit: store offsets in the producer's transaction (a transactional
-        batch); they become committed when the transaction commits. An error code per
-        partition, as :meth:`store_offsets`."""
-        results, valid, records = self._offset_records(group.group_id, offsets)
-        if records:
-
-            def pend() -> None:
-                by_group = self._pending_txn.setdefault(producer_id, {})
-                by_group.setdefault(group.group_id, {}).update(valid)
-
-            try:
-                await self._append(
-                    self.partition_for(group.group_id),
-                    records,
-                    pend,
-                    producer_id=producer_id,
-                    producer_epoch=producer_epoch,
-                )
-                code = 0
-            except Exception as exc:
-                code = self.storage_error(exc, commit=True)
-            results.update(dict.fromkeys(valid, code))
-        return {tp: results[tp] for tp in offsets}
-
-    def handle_txn_completion(self, producer_id: int, partitions: list[int], commit: bool) -> None:
-        """The producer's marker is on these ``__consumer_offsets`` partitions: its pending
-        offsets of the groups there become committed (``commit``) or are dropped (Kafka's
-        GroupCoordinator.onTransactionCompleted)."""
-        by_group = self._pending_txn.get(producer_id)
-        if not by_group:
-            return
-        wanted = set(partitions)
-        for group_id in [g for g in by_group if self.partition_for(g) in wanted]:
-            pending = by_group.pop(group_id)
-            group = self._groups.get(group_id)
-            if not commit:
-                continue
-            if group is None:
-                group = self.add_group(group_id)
-            if not group.is_(_DEAD):
-                group.offsets.update(pending)
-        if not by_group:
-            del self._pending_txn[producer_id]
-
-    def has_pending_txn_offsets(self, group_id: str, tp: TopicPartition) -> bool:
-        """Whether an open transaction holds an offset of the group's partition (OffsetFetch
-        with require_stable answers UNSTABLE_OFFSET_COMMIT then)."""
-        return any(tp in by_group.get(group_id, ()) for by_group in self._pending_txn.values())
-
-    def fetch_offsets(
+    def append_group_records(
         self,
         group_id: str,
-        partitions: list[TopicPartition] | None,
-        member_id: str | None = None,
-        member_epoch: int = -1,
-    ) -> tuple[int, dict[TopicPartition, tuple[int, int, str]]]:
-        """OffsetFetch: (error, (topic, partition) -> (offset, leader epoch, metadata)).
-        ``None`` asks for every committed partition; unknown ones get (-1, -1, "").
-        ``member_id``/``member_epoch`` (v9+) are checked against a consumer group's member
-        (UNKNOWN_MEMBER_ID, STALE_MEMBER_EPOCH)."""
-        if err := self.validate_group_status(group_id, allow_empty=True):
-            return err, {}
-        consumer_group = self.consumer_groups.get(group_id)
-        if consumer_group is not None:
-            try:
-                consumer_group.validate_offset_fetch(member_id, member_epoch)
-            except ApiError as exc:
-                return exc.error_code, {}
-        group = self._groups.get(group_id)
-        committed = group.offsets if group is not None and not group.is_(_DEAD) else {}
-        consumer_group = self.consumer_groups.get(group_id)
-        if consumer_group is not None:
-            committed = consumer_group.offsets
-        if partitions is None:
-            return 0, {tp: (o.offset, o.leader_epoch, o.metadata) for tp, o in committed.items()}
-        out: dict[TopicPartition, tuple[int, int, str]] = {}
-        for tp in partitions:
-            o = committed.get(tp)
-            out[tp] = (-1, -1, "") if o is None else (o.offset, o.leader_epoch, o.metadata)
-        return 0, out
+        records: list[Record],
+        apply: Callable[[], None] | None = None,
+        *,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+    ) -> asyncio.Future[None]:
+        """Append a group's records to its partition (in call order); durable when done.
+        ``apply`` runs right after, in log order; a producer id makes a transactional batch."""
+        return self._append(
+            self.partition_for(group_id),
+            records,
+            apply,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+        )
 
     # ================================================================== admin
 
@@ -603,47 +472,6 @@ class GroupMetadataManager:
         )
         return results
 
-    async def delete_offsets(
-        self, group_id: str, partitions: Iterable[tuple[str, int]]
-    ) -> tuple[int, dict[tuple[str, int], int]]:
-        """OffsetDelete (Kafka's ``GroupCoordinator.handleDeleteOffsets``): the group's error
-        and each partition's. A consumer group with members keeps the offsets of the topics
-        its members subscribe to (GROUP_SUBSCRIBED_TO_TOPIC); an Empty group loses any; a
-        non-consumer group with members refuses (NON_EMPTY_GROUP). Tombstones are stored
-        before answering; a partition without an offset simply succeeds."""
-        wanted = list(dict.fromkeys(partitions))
-        if err := self.validate_group_status(group_id, allow_empty=False):
-            return err, {}
-        group = self._groups.get(group_id)
-        if group is None or group.is_(_DEAD):
-            return GroupIdNotFound.error_code, {}
-        codes: dict[tuple[str, int], int] = {}
-        if not group.is_(_EMPTY):
-            if group.protocol_type != PROTOCOL_TYPE:
-                return NonEmptyGroup.error_code, {}
-            subscribed = _subscribed(group)
-            for tp in wanted:
-                if subscribed is None or tp[0] in subscribed:
-                    codes[tp] = GroupSubscribedToTopic.error_code
-        deletable = [tp for tp in wanted if tp not in codes]
-        gone = [tp for tp in deletable if tp in group.offsets]
-        for tp in deletable:
-            codes[tp] = 0
-        if not gone:
-            return 0, codes
-
-        def apply() -> None:
-            for tp in gone:
-                group.offsets.pop(tp, None)
-
-        records: list[Record] = [(OffsetCommitKey(group_id, t, p).encode(), None) for t, p in gone]
-        try:
-            await self._append(self.partition_for(group_id), records, apply)
-        except Exception as exc:
-            code = self.storage_error(exc, commit=False)
-            return code, {}
-        return 0, codes
-
     # ================================================================== persistence
 
     def _load_partition(self, partition: int, on_group_loaded: GroupCallback) -> None:
@@ -663,7 +491,7 @@ class GroupMetadataManager:
                 continue
             self._load_batch(partition, batch, offsets, metadata, seen, pending, consumer)
         for producer_id, by_group in pending.items():
-            self._pending_txn.setdefault(producer_id, {}).update(by_group)
+            self.on_txn_offsets_loaded(producer_id, by_group)
             for group_id in by_group:
                 seen.setdefault(group_id)
         topics = self.topics() if consumer else {}
@@ -804,17 +632,3 @@ class GroupMetadataManager:
                 await self._store.append(partition, records)
             if apply is not None:
                 apply()
-
-
-def _subscribed(group: GroupMetadata) -> frozenset[str] | None:
-    """Every topic a member of a consumer group subscribes to (None: one did not parse)."""
-    protocol = group.protocol_name
-    if protocol is None:
-        return None
-    out: set[str] = set()
-    for m in group.members.values():
-        topics = subscribed_topics(m.metadata(protocol))
-        if topics is None:
-            return None
-        out |= topics
-    return frozenset(out)

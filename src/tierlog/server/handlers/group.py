@@ -459,7 +459,7 @@ def _fetch_group(
     err, found = (
         (denied, {})
         if denied
-        else gc.group_manager.fetch_offsets(group_id, wanted, member_id, member_epoch)
+        else gc.offset_manager.fetch_offsets(group_id, wanted, member_id, member_epoch)
     )
     if not err and getattr(apis, "authorizer", None) is not None:
         refused = {n for n, _ in (wanted or found) if topic_error(apis, AclOperation.DESCRIBE, n)}
@@ -487,7 +487,7 @@ def _fetch_group(
         return err, [{"name": n, "partitions": ps} for n, ps in by_topic.items()]
     by_topic = {}
     items = found.items() if wanted is None else ((tp, found[tp]) for tp in wanted)
-    manager = gc.group_manager
+    manager = gc.offset_manager
     for (name, p), (offset, epoch, metadata) in items:
         code = 29 if name in refused else 0  # TOPIC_AUTHORIZATION_FAILED
         if not code and require_stable and manager.has_pending_txn_offsets(group_id, (name, p)):

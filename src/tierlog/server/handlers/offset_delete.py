@@ -68,7 +68,7 @@ def handle_offset_delete(apis: KafkaApis, ev: Request) -> Any:
     for t, p in wanted:
         if (t, p) not in refused and not _partition_exists(apis, t, p):
             refused[(t, p)] = UnknownTopicOrPartition.error_code
-    coro = gc.group_manager.delete_offsets(group_id, [tp for tp in wanted if tp not in refused])
+    coro = gc.offset_manager.delete_offsets(group_id, [tp for tp in wanted if tp not in refused])
 
     async def respond() -> Any:
         group_code, codes = await coro
