@@ -692,10 +692,16 @@ def test_fetches_read_a_file_store_inline_and_any_other_store_on_the_reader_pool
     assert world.rlm.reads_inline is False
     cache = RemoteIndexCache(world.base_rsm, world.root / "cache2", 1 << 20)
     plain = RemoteLogManager(
-        RemoteLogManagerConfig(), world.base_rsm, world.rlmm, cache, world.logs.get, broker_id=1
+        RemoteLogManagerConfig(remote_log_reader_prefetch_max_bytes=64 << 20),
+        world.base_rsm,
+        world.rlmm,
+        cache,
+        world.logs.get,
+        broker_id=1,
     )
     try:
         assert plain.reads_inline is True
+        assert plain.prefetcher is None  # nothing waits for a pool thread on the event loop
     finally:
         plain.close()
         cache.close()
