@@ -83,6 +83,18 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / ticks
 
 
+def wait_idle(pid: int, timeout: float = 60.0) -> None:
+    """Until the process uses under 5% of a core over half a second: a fresh tierlog broker
+    preloads its protocol schemas in a thread after it starts (seconds of CPU), which must
+    not fall on the first figure."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        before = cpu_seconds(pid)
+        time.sleep(0.5)
+        if cpu_seconds(pid) - before < 0.025:
+            return
+
+
 @dataclass
 class Broker:
     name: str
@@ -530,6 +542,7 @@ def run_broker(
     for parts in args.partitions:
         topic = f"bench-{parts}p-{int(time.time() * 1000)}"
         create_topic(b.bootstrap, topic, parts)
+        wait_idle(b.proc.pid)
         prof = start_profile(b, args, f"produce-{parts}p")
         cpu0 = cpu_seconds(b.proc.pid)
         dt = produce(b.bootstrap, topic, n)
@@ -606,6 +619,7 @@ def cpu_rounds(brokers: list[Broker], args: argparse.Namespace) -> None:
             for b in brokers_order:
                 topic = f"cpu-{parts}p-{i}-{int(time.time() * 1000)}"
                 create_topic(b.bootstrap, topic, parts)
+                wait_idle(b.proc.pid)
                 cpu0 = cpu_seconds(b.proc.pid)
                 produce(b.bootstrap, topic, n)
                 cpu1 = cpu_seconds(b.proc.pid)
