@@ -22,7 +22,9 @@ time its local queue fills (measured: 190 k → 850 k records/s on tierlog).
 
 Knobs: ``--records N`` (default 2,000,000; ``BENCH_QUICK=1`` → 200,000), ``--partitions 1,6``,
 ``--no-tansu``, ``--no-wire``, ``--latency-seconds``, ``--latency-rate``, ``--profile DIR``
-(py-spy the tierlog broker during each run; needs ``pip install py-spy``).
+(py-spy the tierlog broker during each run; needs ``pip install py-spy``), ``--cpu-rounds N``
+(only the broker CPU seconds per 100 MB of each cell, both brokers up, N rounds in alternating
+order, median and min/max: the issue's per-partition goals).
 """
 
 from __future__ import annotations
@@ -79,6 +81,18 @@ def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks = os.sysconf("SC_CLK_TCK")
     return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def wait_idle(pid: int, timeout: float = 60.0) -> None:
+    """Until the process uses under 5% of a core over half a second: a fresh tierlog broker
+    preloads its protocol schemas in a thread after it starts (seconds of CPU), which must
+    not fall on the first figure."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        before = cpu_seconds(pid)
+        time.sleep(0.5)
+        if cpu_seconds(pid) - before < 0.025:
+            return
 
 
 @dataclass
@@ -528,6 +542,7 @@ def run_broker(
     for parts in args.partitions:
         topic = f"bench-{parts}p-{int(time.time() * 1000)}"
         create_topic(b.bootstrap, topic, parts)
+        wait_idle(b.proc.pid)
         prof = start_profile(b, args, f"produce-{parts}p")
         cpu0 = cpu_seconds(b.proc.pid)
         dt = produce(b.bootstrap, topic, n)
@@ -588,6 +603,56 @@ def run_broker(
             line(f"{key} mean", statistics.fmean(lat), "ms", None, "")
 
 
+def cpu_rounds(brokers: list[Broker], args: argparse.Namespace) -> None:
+    """Broker CPU seconds per 100 MB, produce and consume, each partition count, each broker,
+    over ``args.cpu_rounds`` rounds in one run: within a round the cells go in an order that
+    alternates (partition counts and brokers reversed every other round), so drift of the
+    shared machine falls on every cell alike. Prints median (min-max) per cell, then the
+    ratios the issue asks for: tierlog vs Tansu per cell, and 6 partitions vs 1 per broker."""
+    n = args.records
+    per_100mb = 100e6 / (n * RECORD_SIZE)
+    cells: dict[tuple[str, str, int], list[float]] = {}
+    for i in range(args.cpu_rounds):
+        parts_order = args.partitions if i % 2 == 0 else args.partitions[::-1]
+        brokers_order = brokers if i % 2 == 0 else brokers[::-1]
+        for parts in parts_order:
+            for b in brokers_order:
+                topic = f"cpu-{parts}p-{i}-{int(time.time() * 1000)}"
+                create_topic(b.bootstrap, topic, parts)
+                wait_idle(b.proc.pid)
+                cpu0 = cpu_seconds(b.proc.pid)
+                produce(b.bootstrap, topic, n)
+                cpu1 = cpu_seconds(b.proc.pid)
+                consume(b.bootstrap, topic, parts, n)
+                cpu2 = cpu_seconds(b.proc.pid)
+                cells.setdefault((b.name, "produce", parts), []).append((cpu1 - cpu0) * per_100mb)
+                cells.setdefault((b.name, "consume", parts), []).append((cpu2 - cpu1) * per_100mb)
+
+    def spread(values: list[float]) -> str:
+        return f"{statistics.median(values):.3f} (min {min(values):.3f}, max {max(values):.3f})"
+
+    for (name, op, parts), values in cells.items():
+        print(f"{op} {name} {parts}p broker CPU-s per 100 MB: {spread(values)}", flush=True)
+    names = [b.name for b in brokers]
+    for op in ("produce", "consume"):
+        for parts in args.partitions:
+            ours, peer = cells[("tierlog", op, parts)], cells.get(("tansu", op, parts))
+            if peer:
+                ratios = [o / t for o, t in zip(ours, peer, strict=True)]
+                print(f"{op} {parts}p CPU per 100 MB tierlog vs tansu: {spread(ratios)} "
+                      "(goal <= 0.5)", flush=True)  # fmt: skip
+        if len(args.partitions) > 1:
+            lo, hi = min(args.partitions), max(args.partitions)
+            for name in names:
+                ratios = [
+                    h / lo_
+                    for h, lo_ in zip(cells[(name, op, hi)], cells[(name, op, lo)], strict=True)
+                ]
+                goal = " (goal <= 1.3)" if name == "tierlog" else ""
+                print(f"{op} {name} CPU per 100 MB {hi}p vs {lo}p: {spread(ratios)}{goal}",
+                      flush=True)  # fmt: skip
+
+
 def start_profile(b: Broker, args: argparse.Namespace, name: str) -> subprocess.Popen[bytes] | None:
     if not args.profile or b.name != "tierlog":
         return None
@@ -617,11 +682,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency-rate", type=int, default=5_000)
     ap.add_argument("--profile", metavar="DIR", help="py-spy raw profiles of tierlog here")
     ap.add_argument("--no-wire", dest="wire", action="store_false", help="skip the wire runs")
+    ap.add_argument(
+        "--cpu-rounds",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only broker CPU per 100 MB: N alternating rounds, both brokers up (see cpu_rounds)",
+    )
     args = ap.parse_args(argv)
     args.partitions = [int(p) for p in args.partitions.split(",")]
 
     with tempfile.TemporaryDirectory(prefix="bench-broker-") as tmp:
         work = Path(tmp)
+        if args.cpu_rounds:
+            binary = None if args.no_tansu else tansu_binary()
+            with contextlib.ExitStack() as stack:
+                brokers = [stack.enter_context(tierlog_broker(work))]
+                if binary is not None:
+                    brokers.append(stack.enter_context(tansu_broker(work, binary)))
+                cpu_rounds(brokers, args)
+            return 0
         total = args.records * RECORD_SIZE
         base_p = baseline_produce(total, work)
         base_c = baseline_consume(total, work)

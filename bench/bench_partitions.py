@@ -100,10 +100,10 @@ def median_ms(fn: Any, n: int) -> float:
 
 def optional_median_ms(name: str, fn: Any, n: int) -> float:
     """:func:`median_ms`, or -1 (no ratio) when the broker does not serve the request the
-    way it is sent (Tansu 0.1.2 answers Fetch v12 with no partitions)."""
+    way it is sent (Tansu 0.1.2 answers Fetch v12 with no partitions, or no topic)."""
     try:
         return median_ms(fn, n)
-    except (RuntimeError, IndexError) as e:
+    except (RuntimeError, IndexError, KeyError) as e:
         print(f"{name}: {type(e).__name__}: {e}; no figure", flush=True)
         return -1.0
 

@@ -34,9 +34,11 @@ def remote_batch(offset: int, n: int = 2) -> bytes:
 class FakeRLM:
     def __init__(self) -> None:
         self.config = SimpleNamespace(remote_fetch_max_wait_ms=300)
+        self.reads_inline = False  # a remote store: reads on the reader pool
         self.quota_exceeded = False
         self.outcome: dict[int, object] = {}  # partition -> exception | "hang" | None (data)
         self.reads: list[tuple[int, int, int, bool]] = []
+        self.read_threads: list[int] = []  # threads that called read() (inline reads)
         self.lock = threading.Lock()
 
     def needs_remote_read(self, lg, offset: int) -> bool:
@@ -44,6 +46,13 @@ class FakeRLM:
 
     def is_remote_fetch_quota_exceeded(self) -> bool:
         return self.quota_exceeded
+
+    def read(self, fi) -> FetchDataInfo:
+        """The read of a local store (``reads_inline``): here and now, same outcomes."""
+        self.read_threads.append(threading.get_ident())
+        fut = self.read_async(fi)
+        assert fut.done(), "a local store never hangs in this stand-in"
+        return fut.result()
 
     def read_async(self, fi) -> Future:
         tp = fi.topic_id_partition
@@ -183,3 +192,32 @@ def test_a_long_outage_becomes_an_error_consumers_report(rm, rlm, monkeypatch):
     assert [x.error_code for x in fetch(rm, [(0, 0)])] == [56]
     clock[0] += 10  # nobody read it for a while: a new run of failures, retriable again
     assert [x.error_code for x in fetch(rm, [(0, 0)])] == [56]
+
+
+def test_a_local_store_is_read_on_the_event_loop_with_the_same_outcomes(rm, rlm):
+    rm._remote.inline = True  # what RemoteLogManager.reads_inline says of a file:// store
+    rlm.outcome = {1: RemoteResourceNotFoundError("object missing")}
+    loop_threads: list[int] = []
+
+    async def go():
+        loop_threads.append(threading.get_ident())
+        return await rm.fetch(
+            [FetchPartitionRequest("t", p, off, 1 << 16) for p, off in [(0, 0), (1, 0), (2, 6)]],
+            max_wait_ms=500,
+            min_bytes=1,
+            max_bytes=1 << 20,
+            isolation_level=0,
+            replica_id=-1,
+        )
+
+    r = asyncio.run(go())
+    assert [x.error_code for x in r] == [0, -1, 0]
+    assert bytes(r[0].records) == remote_batch(0) and not r[1].records and r[2].records
+    assert rlm.read_threads == loop_threads * 2  # both remote reads, on the loop's thread
+    assert [x[:2] for x in rlm.reads] == [(0, 0), (1, 0)]  # nothing read ahead
+    rlm.outcome = {0: RemoteStorageError("disk gone"), 2: OffsetOutOfRange("gone")}
+    assert [x.error_code for x in fetch(rm, [(0, 0), (2, 0)])] == [56, 1]
+    rlm.quota_exceeded = True
+    n = len(rlm.reads)
+    r = fetch(rm, [(0, 0)], max_wait_ms=100)
+    assert (r[0].error_code, bytes(r[0].records)) == (0, b"") and len(rlm.reads) == n

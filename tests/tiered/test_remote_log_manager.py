@@ -711,3 +711,28 @@ def test_scheduled_tasks_with_concurrent_appends_and_retention_lose_nothing(tmp_
         )
     finally:
         w.close()
+
+
+def test_fetches_read_a_file_store_inline_and_any_other_store_on_the_reader_pool(
+    world: World,
+) -> None:
+    from tierlog.tiered.remote_index_cache import RemoteIndexCache
+    from tierlog.tiered.remote_log_manager import RemoteLogManager
+
+    # The harness wraps the file:// store in a recording double: not known to be fast.
+    assert world.rlm.reads_inline is False
+    cache = RemoteIndexCache(world.base_rsm, world.root / "cache2", 1 << 20)
+    plain = RemoteLogManager(
+        RemoteLogManagerConfig(remote_log_reader_prefetch_max_bytes=64 << 20),
+        world.base_rsm,
+        world.rlmm,
+        cache,
+        world.logs.get,
+        broker_id=1,
+    )
+    try:
+        assert plain.reads_inline is True
+        assert plain.prefetcher is None  # nothing waits for a pool thread on the event loop
+    finally:
+        plain.close()
+        cache.close()

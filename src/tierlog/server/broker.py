@@ -68,6 +68,7 @@ from tierlog.server.group_config_store import GROUP_CONFIGS_FILE, load_group_con
 from tierlog.server.handlers.consumer_group import current_topics
 from tierlog.server.kafka_apis import BrokerEndpoint, KafkaApis
 from tierlog.server.kafka_config import KafkaConfig
+from tierlog.server.malloc_tuning import keep_fetch_buffers_on_heap
 from tierlog.server.network import SocketServer
 from tierlog.server.offset_store import OffsetStore, ensure_offsets_topic
 from tierlog.server.producer_id_manager import ProducerIdManager
@@ -876,6 +877,7 @@ def _setup_logging() -> None:
 def run(config: KafkaConfig) -> int:
     """Run the broker until SIGTERM or SIGINT; the process exit code."""
     _setup_logging()
+    log.info("%s", keep_fetch_buffers_on_heap())
     broker = Broker(config)
 
     async def main_async() -> None:

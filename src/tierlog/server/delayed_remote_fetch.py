@@ -22,7 +22,10 @@ OFFSET_MOVED_TO_TIERED_STORAGE (109); followers (replica id >= 0) do, as in Kafk
 logged at once, then once a minute per remote segment (:class:`LogLimiter`); every one is
 counted in ``RemoteFetchErrorsPerSec`` by the reader. After each
 remote read the range a sequential consumer asks for next is read ahead
-(:mod:`tierlog.server.remote_read_ahead`).
+(:mod:`tierlog.server.remote_read_ahead`). A ``file://`` store
+(``RemoteLogManager.reads_inline``) is read on the event loop instead, as local segments are,
+with the same outcomes: its reads take what a local segment's take, and the hops to a reader
+thread and back (each waiting for the GIL) had halved sequential remote reads.
 
 Runs on the event loop thread only (not thread-safe).
 """
@@ -67,6 +70,9 @@ class DelayedRemoteFetch:
 
     def __init__(self, rlm: RemoteLogManager) -> None:
         self.rlm = rlm
+        #: Read on the event loop, as local segments are: the store is a local directory
+        #: (``file://``), whose reads take what a local segment's take.
+        self.inline = rlm.reads_inline
         self.read_ahead = RemoteReadAhead(rlm)
         self.error_log = LogLimiter(60.0)
         self.clock = time.monotonic  # replaced in tests
@@ -115,6 +121,8 @@ class DelayedRemoteFetch:
         throttled = 0
         if not pending:
             return throttled
+        if self.inline:
+            return self._read_inline(pending)
         read_ahead = self.read_ahead
         futures: dict[asyncio.Future[Any], tuple[FetchPartitionResult, RemoteStorageFetchInfo]] = {}
         for r in pending:
@@ -149,20 +157,48 @@ class DelayedRemoteFetch:
                 r.records = info.records
                 r.aborted_transactions = info.aborted_transactions
                 read_ahead.after(fi, info)  # the consumer's next fetch, read meanwhile
-            elif isinstance(error, OffsetOutOfRange):
-                r.error_code = OffsetOutOfRange.error_code
-            elif isinstance(error, RemoteStorageError):
-                escalated = not error.permanent and self._failing_too_long(fi)
-                r.error_code = (
-                    UnknownServerError.error_code
-                    if error.permanent or escalated
-                    else KafkaStorageError.error_code
-                )
-                self._log_failure(fi, error, escalated)
             else:
-                log.error("remote read failed", exc_info=error)
-                r.error_code = KafkaStorageError.error_code
+                self._answer_failure(r, fi, error)
         return throttled
+
+    def _read_inline(self, pending: list[FetchPartitionResult]) -> int:
+        """:meth:`read` of a local store: each read here and now, no thread, no read-ahead
+        (the kernel's page cache and read-ahead are the store's). Same outcomes."""
+        rlm = self.rlm
+        throttled = 0
+        for r in pending:
+            fi, r.remote = r.remote, None
+            assert fi is not None
+            if rlm.is_remote_fetch_quota_exceeded():
+                throttled += 1
+                continue
+            try:
+                info = rlm.read(fi)
+            except Exception as error:
+                self._answer_failure(r, fi, error)
+                continue
+            self._failing_since.pop(fi.topic_id_partition, None)
+            r.records = info.records
+            r.aborted_transactions = info.aborted_transactions
+        return throttled
+
+    def _answer_failure(
+        self, r: FetchPartitionResult, fi: RemoteStorageFetchInfo, error: BaseException
+    ) -> None:
+        """The error code of a failed remote read (module docstring), logged."""
+        if isinstance(error, OffsetOutOfRange):
+            r.error_code = OffsetOutOfRange.error_code
+        elif isinstance(error, RemoteStorageError):
+            escalated = not error.permanent and self._failing_too_long(fi)
+            r.error_code = (
+                UnknownServerError.error_code
+                if error.permanent or escalated
+                else KafkaStorageError.error_code
+            )
+            self._log_failure(fi, error, escalated)
+        else:
+            log.error("remote read failed", exc_info=error)
+            r.error_code = KafkaStorageError.error_code
 
     def _failing_too_long(self, fi: RemoteStorageFetchInfo) -> bool:
         """A transient failure of a partition whose remote reads have all failed for more

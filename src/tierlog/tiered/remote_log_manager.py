@@ -62,6 +62,7 @@ from tierlog.tiered.remote_log_tasks import (
     is_remote_segment_within_leader_epochs,
 )
 from tierlog.tiered.remote_segment_prefetcher import RemoteSegmentPrefetcher
+from tierlog.tiered.storage.pyarrow_remote_storage_manager import PyArrowRemoteStorageManager
 from tierlog.tiered.storage.remote_storage_manager import RemoteStorageManager
 
 if TYPE_CHECKING:
@@ -133,9 +134,14 @@ class RemoteLogManager(RLMCopyTask, RLMExpirationTask, RLMCompactor, RemoteLogRe
             config.remote_log_reader_max_pending_tasks,
             self.metrics,
         )
+        #: Fetches read the store on the event loop, as local segments: a local directory
+        #: whose plugin reads it as is (``file://``; a subclass or wrapper may not be fast).
+        self.reads_inline = type(rsm) is PyArrowRemoteStorageManager and rsm.is_local
+        #: No block reads ahead for a local directory: the kernel's read-ahead is its own, and
+        #: reads on the event loop must never wait for a pool thread (and the GIL).
         self.prefetcher = (
             RemoteSegmentPrefetcher(rsm, max_bytes=config.remote_log_reader_prefetch_max_bytes)
-            if config.remote_log_reader_prefetch_max_bytes > 0
+            if config.remote_log_reader_prefetch_max_bytes > 0 and not self.reads_inline
             else None
         )
         self.copy_quota = TokenBucket(config.remote_log_manager_copy_max_bytes_per_second)
