@@ -730,9 +730,23 @@ def test_fetches_read_a_file_store_inline_and_any_other_store_on_the_reader_pool
         world.logs.get,
         broker_id=1,
     )
+    # In a cluster the metadata manager's lock is held while a publish waits on the event
+    # loop: a metadata lookup there would wait for itself, so the reads stay on the pool.
+    clustered = RemoteLogManager(
+        RemoteLogManagerConfig(remote_log_reader_prefetch_max_bytes=64 << 20),
+        world.base_rsm,
+        world.rlmm,
+        cache,
+        world.logs.get,
+        broker_id=1,
+        metadata_never_waits_on_loop=False,
+    )
     try:
         assert plain.reads_inline is True
         assert plain.prefetcher is None  # nothing waits for a pool thread on the event loop
+        assert clustered.reads_inline is False
+        assert clustered.prefetcher is not None
     finally:
         plain.close()
+        clustered.close()
         cache.close()

@@ -352,6 +352,7 @@ class TieredStorage:
             c.node_id,
             cleaner_coordination=self._cleaner_manager,
             metrics=RemoteStorageMetrics(self.metrics_registry),
+            metadata_never_waits_on_loop=not self.in_cluster,
         )
         if local is None:
             log.info(

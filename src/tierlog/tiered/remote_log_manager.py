@@ -112,6 +112,7 @@ class RemoteLogManager(RLMCopyTask, RLMExpirationTask, RLMCompactor, RemoteLogRe
         metrics: RemoteStorageMetrics | None = None,
         start_scheduler: bool = True,
         cleaner_coordination: Callable[[], CleanerCoordination | None] | None = None,
+        metadata_never_waits_on_loop: bool = True,
     ) -> None:
         self.config = config
         self.rsm = rsm
@@ -135,8 +136,16 @@ class RemoteLogManager(RLMCopyTask, RLMExpirationTask, RLMCompactor, RemoteLogRe
             self.metrics,
         )
         #: Fetches read the store on the event loop, as local segments: a local directory
-        #: whose plugin reads it as is (``file://``; a subclass or wrapper may not be fast).
-        self.reads_inline = type(rsm) is PyArrowRemoteStorageManager and rsm.is_local
+        #: whose plugin reads it as is (``file://``; a subclass or wrapper may not be fast),
+        #: and a metadata manager whose lock is never held while waiting on the event loop
+        #: (``metadata_never_waits_on_loop``). In a cluster it is: a publish holds it until
+        #: the metadata partition's leader answered, a request the event loop sends, so a
+        #: metadata lookup on the loop would wait for itself until the publish timed out.
+        self.reads_inline = (
+            metadata_never_waits_on_loop
+            and type(rsm) is PyArrowRemoteStorageManager
+            and rsm.is_local
+        )
         #: No block reads ahead for a local directory: the kernel's read-ahead is its own, and
         #: reads on the event loop must never wait for a pool thread (and the GIL).
         self.prefetcher = (
