@@ -1,10 +1,16 @@
 """``tierlog serve`` as a real child process, for the integration and Spark tests.
 
-Ports: the first start listens on port 0, so the kernel picks a port no other process holds,
-and the broker's own "tierlog broker started ... listening on HOST:PORT" line says which; a
-restart binds that same port again so clients keep their bootstrap address. Readiness is that
-line, read from the log written since *this* start: "something accepts on the port" could be
-another process, or the previous broker still closing.
+Ports: the first start listens on a port chosen free *below the kernel's ephemeral range*
+(:func:`listen_port`), and a restart binds that same port again so clients keep their
+bootstrap address. Not port 0: the kernel picks that from the ephemeral range, the range it
+also gives every outgoing connection its local port from, so while the broker was down a
+client reconnecting to it could be given that very port (or connect to itself on it, TCP's
+simultaneous open) and hold it, and the restart failed with "address already in use". Below
+the range no connection is ever given the port. A start that still finds the port taken
+retries: another port on a first start, the same one a little later on a restart. Readiness
+is the broker's own "tierlog broker started ... listening on HOST:PORT" line, read from the
+log written since *this* start: "something accepts on the port" could be another process,
+or the previous broker still closing.
 
 ``metrics=True`` gives the broker a ``metrics.port`` chosen free (Prometheus' server cannot
 take port 0: 0 turns it off); when the port was taken in between, the start is retried with
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import re
 import resource
 import signal
@@ -32,6 +39,31 @@ ROOT = Path(__file__).resolve().parents[1]
 
 _STARTED = re.compile(r"tierlog broker started in [\d.]+s: .* listening on [^,\s]+:(\d+)")
 _ADDRESS_IN_USE = "address already in use"
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def listen_port() -> int:
+    """A port free right now below the ephemeral range (see the module's docstring), for a
+    listener that must keep its port across restarts. Another process may bind it before the
+    listener does: callers retry on "address in use"."""
+    high = _ephemeral_low() - 1
+    low = max(1024, high - 12_000)
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randint(low, high)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {low}-{high}")
 
 
 def free_port() -> int:
@@ -64,6 +96,7 @@ class BrokerProcess:
         self.env = dict(env or {})
         self.log_dir = workdir / "logs"
         self.port = port
+        self._port_given = port is not None  # the caller's port: never replaced
         self.metrics_port: int | None = None
         self._metrics = metrics
         self.nofile = nofile  # RLIMIT_NOFILE (soft and hard) of the process, when set
@@ -85,19 +118,27 @@ class BrokerProcess:
         return [*listen, *metrics, *self.extra_overrides]
 
     def start(self, timeout: float = 60.0) -> None:
-        for attempt in range(3):
+        """Launch and wait for readiness, retrying a start whose port was taken (a metrics
+        port or a first start's listener port: another one; a restart's: the same one, for
+        up to ~10 s)."""
+        first = self.starts == 0 and not self._port_given
+        for attempt in range(10):
+            if first and (attempt > 0 or self.port is None):
+                self.port = listen_port()
             if self._metrics and (attempt > 0 or self.metrics_port is None):
-                self.metrics_port = free_port()
+                self.metrics_port = listen_port()
             since = self._launch()
             try:
                 self._wait_started(since, timeout)
                 return
             except RuntimeError:
+                self.kill()  # reaped whatever happened: no process left running or unwaited
                 text = self._log_since(since).lower()
-                retry = self._metrics and _ADDRESS_IN_USE in text and str(self.metrics_port) in text
-                if not retry:
+                if _ADDRESS_IN_USE not in text:
                     raise
-        raise RuntimeError(f"broker could not get a free metrics port:\n{self.tail()}")
+                if not first:
+                    time.sleep(1.0)  # a restart keeps its port: whoever holds it may let go
+        raise RuntimeError(f"broker could not bind its ports after 10 tries:\n{self.tail()}")
 
     def _launch(self) -> int:
         """Start the process; the log file's size before its first line."""

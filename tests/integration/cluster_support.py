@@ -346,15 +346,33 @@ class Cluster:
         self.wait_healthy(name, partitions, rf)
 
     def wait_healthy(self, topic: str, partitions: int, rf: int, timeout: float = 60) -> None:
-        """Every partition has a live leader and a full ISR."""
+        """Every partition has a live leader and a full ISR, in the metadata of *every* live
+        broker (each asked directly: a broker learns a partition's state from its own
+        ZooKeeper watch, so one broker's answer says nothing of the next one's, and a client
+        may ask any of them)."""
 
-        def healthy() -> bool:
+        def healthy_anywhere() -> bool:
             ps = self.partitions(topic)
             return len(ps) == partitions and all(
                 p.leader >= 0 and len(p.isrs) == rf for p in ps.values()
             )
 
-        wait_for(f"{topic}: leaders and full ISRs", healthy, timeout)
+        if self.client_conf:  # TLS/SASL listeners: only the admin client can ask
+            wait_for(f"{topic}: leaders and full ISRs", healthy_anywhere, timeout)
+            return
+
+        def healthy_everywhere() -> bool:
+            for b in self.brokers.values():
+                if not b.alive():
+                    continue
+                ps = _broker_partitions(b.bootstrap, topic)
+                if ps is None or len(ps) != partitions:
+                    return False
+                if not all(p.error_code == 0 and len(p.isr_nodes) == rf for p in ps):
+                    return False
+            return True
+
+        wait_for(f"{topic}: leaders and full ISRs on every broker", healthy_everywhere, timeout)
 
     def leader(self, topic: str, partition: int) -> int:
         return int(self.partitions(topic)[partition].leader)
@@ -372,3 +390,30 @@ class Cluster:
         finally:
             zk.stop()
             zk.close()
+
+
+def _broker_partitions(bootstrap: str, topic: str) -> list[Any] | None:
+    """``topic``'s partitions in the Metadata (v12) of the broker at ``bootstrap`` itself;
+    None when it cannot be asked or does not know the topic yet."""
+    from tests.integration import wire
+
+    cls = wire.request_class(3, 12)
+    topic_cls = wire._module(cls).MetadataRequestTopic
+    try:
+        c = wire.WireClient(bootstrap, timeout=10)
+    except OSError:
+        return None
+    try:
+        resp = c.call(
+            cls(
+                topics=(topic_cls(topic_id=None, name=topic),),
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False,
+            )
+        )
+    except OSError:
+        return None
+    finally:
+        c.close()
+    t = resp.topics[0]
+    return None if t.error_code != 0 else list(t.partitions)

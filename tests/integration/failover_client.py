@@ -30,6 +30,7 @@ def _kafka_python_client(bootstrap: str, topic: str, count: int, go: Callable[[]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         import kafka
+        import kafka.errors
 
     producer = kafka.KafkaProducer(
         bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, retries=1000,
@@ -48,10 +49,23 @@ def _kafka_python_client(bootstrap: str, topic: str, count: int, go: Callable[[]
         auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=60_000,
     )  # fmt: skip
     consumed = []
-    for m in consumer:
-        consumed.append((m.offset, m.value))
-        if len(consumed) >= count:
-            break
+    deadline = time.monotonic() + 60
+    while len(consumed) < count:
+        try:
+            for m in consumer:
+                consumed.append((m.offset, m.value))
+                if len(consumed) >= count:
+                    break
+            else:
+                break  # consumer_timeout_ms without a record
+        except kafka.errors.KafkaConnectionError:
+            # kafka-python 3.0.12 lets a failed metadata refresh out of the consumer's poll:
+            # ensure_coordinator_ready_async awaits the refresh it asks for after
+            # InvalidMetadataError without catching a connection error, and the refresh goes
+            # to its least loaded node, which can be the killed broker of the bootstrap list.
+            # An application retries the poll, as here.
+            assert time.monotonic() < deadline, "kafka-python kept failing to reach a broker"
+            time.sleep(0.2)
     consumer.close()
     return acked, consumed
 

@@ -6,8 +6,10 @@ latest acknowledged value."""
 from __future__ import annotations
 
 import itertools
+import os
 import random
 import signal
+import threading
 import time
 from typing import Any
 
@@ -296,12 +298,25 @@ def test_sigkill_at_chosen_steps_of_the_clean_reads_before_or_after(tmp_path):
                 for i in range(1500)
             ]
             if not at_step:
-                produced.update(_produce_acknowledged(b, topic, burst))
-                _wait_for(lambda: any(partition_dir.glob("*.cleaned")), 120, "no .cleaned segment")
-                time.sleep(rng.uniform(0.0, 0.5))  # a random moment of the clean
-                b.stop(signal.SIGKILL)
-                outcomes.append("random")
-                restart(kill)
+                # Watched from before the burst: the cleaner cleans the segments the burst
+                # rolls while it is still being produced, and on a slow machine it has often
+                # cleaned them all by the time the last record is acknowledged (no .cleaned
+                # file left to see after the burst).
+                killer = _KillWhileCleaning(b, partition_dir, rng.uniform(0.0, 0.5))
+                killer.start()
+                random_killed: list[bool] = []
+
+                def on_random_death(kill: int = kill, killed: list = random_killed) -> None:
+                    b.proc.wait()
+                    outcomes.append("random")
+                    killed.append(True)
+                    restart(kill)
+
+                produced.update(_produce_acknowledged(b, topic, burst, on_death=on_random_death))
+                killer.join(120)
+                assert killer.fired, "no .cleaned segment appeared within 120 s"
+                if not random_killed:
+                    on_random_death()
             else:
                 # Armed before the burst: the cleaner's next steps count; the broker may die
                 # while the burst is being produced (the idempotent producer delivers the
@@ -339,6 +354,26 @@ def test_sigkill_at_chosen_steps_of_the_clean_reads_before_or_after(tmp_path):
 
 _COMPACTION_SUFFIXES = (".cleaned", ".swap", ".deleted")
 STEP_KINDS = ("cleaned-to-swap", "to-deleted", "unlink-deleted", "swap-to-final")
+
+
+class _KillWhileCleaning(threading.Thread):
+    """SIGKILLs the broker ``delay`` seconds after a ``.cleaned`` file first appears in
+    ``partition_dir`` (polled every 5 ms: a throttled clean writes for far longer)."""
+
+    def __init__(self, b: BrokerProcess, partition_dir: Any, delay: float) -> None:
+        super().__init__(daemon=True)
+        self.b, self.partition_dir, self.delay = b, partition_dir, delay
+        self.fired = False
+
+    def run(self) -> None:
+        deadline = time.monotonic() + 120
+        while not any(self.partition_dir.glob("*.cleaned")):
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.005)
+        time.sleep(self.delay)  # a random moment of the clean
+        os.kill(self.b.proc.pid, signal.SIGKILL)
+        self.fired = True
 
 
 def _wait_for(predicate: Any, timeout: float, what: str) -> None:
