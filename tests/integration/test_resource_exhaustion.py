@@ -1,7 +1,8 @@
 """Running out of a resource fails one request, never the broker (issue: scale, part 1).
 
 Each test makes the exhaustion happen for real: a low ``ulimit -n`` for the broker process
-(set in the child before exec), a log dir on a tmpfs mounted full. Each asserts the failing
+(set in the child before exec), a log dir on a tmpfs mounted full, a partition's files failing
+with EIO (tests/integration/eio_launcher.py). Each asserts the failing
 request's error code, that the other partitions keep serving, and that the broker restarts.
 """
 
@@ -12,7 +13,7 @@ import time
 from pathlib import Path
 
 from tests import real_parts
-from tests.integration.clients import cf_consume, cf_values
+from tests.integration.clients import cf_consume, cf_high_watermark, cf_values
 from tests.integration.conftest import BrokerProcess, running_broker
 from tests.integration.wire import (
     WireClient,
@@ -176,3 +177,82 @@ def test_a_full_disk_fails_produce_with_a_storage_error_and_reads_go_on(tmp_path
         finally:
             if b.alive():
                 b.stop()
+
+
+# ---------------------------------------------------------------------- a failing file
+
+
+def test_a_failing_file_fails_its_requests_with_a_storage_error_and_the_rest_go_on(
+    tmp_path: Path,
+) -> None:
+    """Every read and write of one partition's files fails with EIO, as a failing disk's do
+    (tests/integration/eio_launcher.py): produce and fetch of that partition answer
+    KAFKA_STORAGE_ERROR, the other partition keeps serving; the failed appends leave nothing
+    behind (once the disk heals the next record takes the next offset and everything
+    acknowledged reads back); a restart while the file still fails works, and so does one
+    after it heals."""
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    (tmp_path / "b").mkdir()
+    b = BrokerProcess(
+        tmp_path / "b",
+        "offsets.topic.num.partitions=1",
+        module="tests.integration.eio_launcher",
+        env={"TIERLOG_TEST_FAULTS": str(faults)},
+    )
+    b.start()
+    failing_dir = b.log_dir / "failing-0"
+
+    def arm() -> None:
+        (faults / "eio").write_text(f"{failing_dir}\n")
+
+    def heal() -> None:
+        (faults / "eio").unlink()
+
+    def read(topic: str, expected: list[bytes]) -> None:
+        """The partition holds exactly ``expected``, at offsets 0, 1, ... and nothing more."""
+        got = cf_consume(b.bootstrap, topic, len(expected), timeout=30)
+        assert [(m.offset(), m.value()) for m in got] == list(enumerate(expected)), topic
+        assert cf_high_watermark(b.bootstrap, topic) == len(expected), topic
+
+    try:
+        c = WireClient(b.bootstrap, timeout=60)
+        assert create_topics(c, {"failing": 1, "healthy": 1}) == {"failing": 0, "healthy": 0}
+        before = [b"before-%d" % i for i in range(5)]
+        for v in before:
+            for topic in ("failing", "healthy"):
+                assert produce(c, topic, range(1), one_record(v)) == {0: 0}
+        arm()
+        for _ in range(3):
+            assert produce(c, "failing", range(1), one_record(b"lost")) == {0: KAFKA_STORAGE_ERROR}
+        assert fetch(c, "failing", range(1))[0][0] == KAFKA_STORAGE_ERROR
+        # The other partition, in the same log dir, keeps serving both ways.
+        assert produce(c, "healthy", range(1), one_record(b"during")) == {0: 0}
+        read("healthy", [*before, b"during"])
+        assert "offline" not in b.log_since_start()
+        assert re.search(r"append to failing-0 failed: .*Input/output error", b.log_since_start())
+
+        heal()
+        assert produce(c, "failing", range(1), one_record(b"after")) == {0: 0}
+        read("failing", [*before, b"after"])
+        c.close()
+
+        arm()  # a restart while the disk still fails
+        b.stop()
+        b.start()
+        c = WireClient(b.bootstrap, timeout=60)
+        assert fetch(c, "failing", range(1))[0][0] == KAFKA_STORAGE_ERROR
+        assert produce(c, "healthy", range(1), one_record(b"restarted")) == {0: 0}
+        read("healthy", [*before, b"during", b"restarted"])
+        c.close()
+
+        heal()  # and one after it heals: everything acknowledged is there
+        b.stop()
+        b.start()
+        c = WireClient(b.bootstrap, timeout=60)
+        read("failing", [*before, b"after"])
+        read("healthy", [*before, b"during", b"restarted"])
+        c.close()
+    finally:
+        if b.alive():
+            b.stop()

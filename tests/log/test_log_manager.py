@@ -1,3 +1,4 @@
+import errno
 import json
 import time
 import uuid
@@ -603,8 +604,9 @@ def test_background_retention_deletes_old_segments(make):
     time.sleep(0.05)
     assert lg.number_of_segments == segments_before  # not expired yet
     clock.now += 120_000
-    assert wait_until(lambda: lg.log_start_offset == 6)
-    assert lg.number_of_segments == 1
+    # The log start offset moves before the segments leave (UnifiedLog._delete_segments):
+    # both are waited for.
+    assert wait_until(lambda: lg.log_start_offset == 6 and lg.number_of_segments == 1)
 
 
 def test_background_checkpoints(make):
@@ -666,3 +668,36 @@ def test_malformed_registry_entries_fall_back_to_adoption(make, dirs, managers):
     assert set(m2.topics()) == {"t", "u"}
     assert m2.topic("t").topic_id == info.topic_id  # adopted from partition.metadata
     assert m2.topic("u").overrides == {}  # the bad override is dropped, the topic kept
+
+
+def test_a_log_whose_files_fail_at_startup_fails_its_use_only(make, monkeypatch):
+    """A failing file (EIO) while logs load after an unclean stop: the manager starts with
+    the other logs, the dir stays online, uses of that log fail until it opens, and then it
+    is recovered (never vouched for by a clean shutdown marker in between)."""
+    m = make()
+    m.create_topic("t", 2, {})
+    for p in (0, 1):
+        m.get_log("t", p).append(batch())
+    # No shutdown: the next manager loads (recovers) every log.
+    real_open = Log.open
+    opened: list[tuple[str, bool]] = []
+    disk = {"failing": True}
+
+    def failing(path: Path, *args: Any, **kwargs: Any) -> Log:
+        opened.append((path.name, kwargs["had_clean_shutdown"]))
+        if path.name == "t-0" and disk["failing"]:
+            raise OSError(errno.EIO, "Input/output error")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(Log, "open", staticmethod(failing))
+    m2 = make()
+    assert m2.get_log("t", 1).log_end_offset == 1
+    with pytest.raises(KafkaStorageError, match="Input/output error"):
+        m2.get_log("t", 0)
+    assert m2.offline_log_dirs == set()
+    m2.shutdown()  # not clean for t-0's dir: it was never recovered
+    opened.clear()
+    disk["failing"] = False  # healed
+    m3 = make()
+    assert ("t-0", False) in opened  # recovered at the load, not vouched for by a marker
+    assert m3.get_log("t", 0).log_end_offset == 1

@@ -161,6 +161,9 @@ class LogManager:
         # _unopened (opened by get_log on first use).
         self._logs: dict[tuple[str, int], Log] = {}
         self._unopened: dict[tuple[str, int], _Unopened] = {}
+        # Unopened logs whose load at startup failed (a failing file: EIO): recovered when
+        # they open, and never vouched for by a clean shutdown marker until then.
+        self._unrecovered: set[tuple[str, int]] = set()
         self._log_dir_of: dict[tuple[str, int], Path] = {}
         self._directory_ids: dict[Path, uuid.UUID] = {}
         self._offline_dirs: set[Path] = set()
@@ -277,7 +280,7 @@ class LogManager:
                 self._persist_registry_if_dirty()
             except KafkaStorageError as e:
                 log.error("cannot write the topic registry at shutdown: %s", e)
-            failed: set[Path] = set()
+            failed: set[Path] = {self._log_dir_of[tp] for tp in self._unrecovered}
             for tp, lg in self._logs.items():
                 for step in (lg.flush, lg.close):  # close (and trim) even when flush failed
                     try:
@@ -297,6 +300,7 @@ class LogManager:
                     log.error("cannot write the clean shutdown marker in %s: %s", d, e)
             self._logs = {}
             self._unopened = {}
+            self._unrecovered = set()
             self._log_dir_of = {}
 
     # ----------------------------------------------------------------- queries
@@ -355,13 +359,15 @@ class LogManager:
                     log_start_offset=state[1],
                     recovery_point=state[0],
                     topic_id=info.topic_id,
-                    had_clean_shutdown=True,
+                    had_clean_shutdown=tp not in self._unrecovered,
                     time_ms=self._time_ms,
                 )
             except OSError as e:
-                raise self._storage_error(e, path, "open log") from e
+                # The partition's own files: this partition fails, the dir stays online.
+                raise self._storage_error(e, path, "open log", partition_only=True) from e
             self._logs[tp] = lg  # in place: whoever iterates takes a copy
             del self._unopened[tp]
+            self._unrecovered.discard(tp)
             return lg
 
     # ----------------------------------------------------------------- topic admin
@@ -867,7 +873,7 @@ class LogManager:
 
         def open_one(
             job: tuple[Path, tuple[str, int], uuid.UUID | None, bool, int, int | None],
-        ) -> tuple[tuple[str, int], Log]:
+        ) -> tuple[tuple[str, int], Log | OSError]:
             path, tp, topic_id, clean, recovery_point, start = job
             try:
                 lg = Log.open(
@@ -880,13 +886,29 @@ class LogManager:
                     time_ms=self._time_ms,
                 )
             except OSError as e:
-                raise self._storage_error(e, path, "load log") from e
+                return tp, e
             return tp, lg
 
         logs: dict[tuple[str, int], Log] = {}
         with ThreadPoolExecutor(self._recovery_threads, thread_name_prefix="log-recovery") as ex:
-            for tp, lg in ex.map(open_one, jobs):
-                logs[tp] = lg
+            for (path, _, _, clean, recovery_point, start), (tp, got) in zip(
+                jobs, ex.map(open_one, jobs), strict=True
+            ):
+                if isinstance(got, Log):
+                    logs[tp] = got
+                    continue
+                # One partition's failing files (EIO) never stop the broker: the rest load,
+                # and this one is tried again, recovered, on its first use (each request
+                # meanwhile answers KAFKA_STORAGE_ERROR). Kafka takes the whole dir offline.
+                log.error(
+                    "cannot load log %s: %s; its requests answer KAFKA_STORAGE_ERROR until "
+                    "it opens",
+                    path,
+                    got.strerror or got,
+                )
+                self._unopened[tp] = (recovery_point, start)
+                if not clean:
+                    self._unrecovered.add(tp)
         self._logs = logs
         self.future_logs.load(futures)
         for d in self._log_dirs:
@@ -987,6 +1009,7 @@ class LogManager:
             lg = logs.pop((topic, p), None)
             d = dirs.pop((topic, p), None)
             unopened = self._unopened.pop((topic, p), None)
+            self._unrecovered.discard((topic, p))
             if d is None or (lg is None and unopened is None):
                 continue
             self.future_logs.drop(topic, p)
@@ -1106,13 +1129,16 @@ class LogManager:
                 except OSError as e:
                     self._storage_error(e, d, "write checkpoints in")
 
-    def _storage_error(self, e: OSError, path: Path, action: str) -> KafkaStorageError:
+    def _storage_error(
+        self, e: OSError, path: Path, action: str, *, partition_only: bool = False
+    ) -> KafkaStorageError:
         """Kafka's ``maybeHandleIOException``: log, mark the log dir offline, wrap the error.
 
         A resource that ran out (EMFILE, ENOSPC, ... :func:`lfu.is_resource_exhaustion`) fails
         the operation only: the dir stays online, so freeing the resource is enough, and the
-        rest of the dir keeps serving (Kafka marks the dir offline on any IOException)."""
-        if lfu.is_resource_exhaustion(e):
+        rest of the dir keeps serving (Kafka marks the dir offline on any IOException). So does
+        an error in one partition's own files (``partition_only``: a failing file, EIO)."""
+        if lfu.is_resource_exhaustion(e) or partition_only:
             log.warning("cannot %s %s: %s (the log dir stays online)", action, path, e)
             return KafkaStorageError(f"cannot {action} {path}: {e.strerror or e}")
         for d in self._log_dirs:
