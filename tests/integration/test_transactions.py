@@ -1,12 +1,14 @@
 """Transactions end to end with real clients against a real ``tierlog serve``: the
-confluent-kafka, kafka-python and aiokafka transactional producers commit and abort, and
-read_committed / read_uncommitted consumers read exactly the right records; a zombie with the
-same transactional id is fenced; read-process-write with ``send_offsets_to_transaction``
-commits offsets only with the transaction; a transaction left open past its timeout is
-aborted by the coordinator."""
+confluent-kafka, kafka-python and aiokafka transactional producers commit and abort, and the
+same library's read_committed / read_uncommitted consumers read exactly the right records, on
+a plain topic and on a tiered topic whose transactional segments are only in remote storage; a
+zombie with the same transactional id is fenced; read-process-write with
+``send_offsets_to_transaction`` commits offsets only with the transaction; a transaction left
+open past its timeout is aborted by the coordinator."""
 
 from __future__ import annotations
 
+import itertools
 import time
 import warnings
 from collections.abc import Iterator
@@ -15,8 +17,28 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from tests.integration.clients import cf_create_topic, run
+from tests.integration.clients import cf_create_topic, cf_produce
 from tests.integration.conftest import BrokerProcess, running_broker
+from tests.integration.tiered_support import (
+    SEGMENT_BYTES,
+    TIERED_BROKER,
+    FileStore,
+    at_rest,
+    finished,
+    local_segments,
+    object_key,
+    tiered_topic_configs,
+    wait_until,
+)
+from tests.integration.txn_clients import (
+    CLIENTS,
+    Delivered,
+    TxnClient,
+    TxnProducer,
+    cf_txn_producer,
+)
+from tests.integration.txn_support import READ_COMMITTED, READ_UNCOMMITTED, list_latest_offset
+from tests.integration.wire import WireClient
 
 # The coordinator checks for timed-out transactions every second here (Kafka: 10 s).
 TXN_BROKER = (
@@ -27,7 +49,12 @@ TXN_BROKER = (
 
 @pytest.fixture(scope="module")
 def txn_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with running_broker(tmp_path_factory.mktemp("txn-broker"), *TXN_BROKER) as b:
+    """One broker for the module, tiered storage on (a ``file://`` store): topics with
+    ``remote.storage.enable`` are tiered, the others plain."""
+    workdir = tmp_path_factory.mktemp("txn-broker")
+    store = FileStore(workdir / "remote")
+    with running_broker(workdir, *TIERED_BROKER, *store.overrides(), *TXN_BROKER) as b:
+        b.store = store  # type: ignore[attr-defined]
         yield b
         assert b.alive(), f"the transactions broker died:\n{b.tail()}"
 
@@ -72,36 +99,6 @@ def values(prefix: str, n: int) -> list[bytes]:
 
 
 # --------------------------------------------------------------------------- confluent-kafka
-
-
-def cf_txn_producer(bootstrap: str, txn_id: str, **conf: Any) -> Producer:
-    p = Producer(
-        {"bootstrap.servers": bootstrap, "transactional.id": txn_id, "linger.ms": 5, **conf}
-    )
-    p.init_transactions(30)
-    return p
-
-
-def test_confluent_commit_and_abort(txn_broker, unique):
-    b = txn_broker.bootstrap
-    topic = f"cf-{unique}"
-    cf_create_topic(b, topic, partitions=2)
-    p = cf_txn_producer(b, f"cf-{unique}")
-    committed, aborted, last = values("a", 50), values("b", 50), values("c", 10)
-    for batch, commit in ((committed, True), (aborted, False), (last, True)):
-        p.begin_transaction()
-        for i, v in enumerate(batch):
-            p.produce(topic, v, partition=i % 2)
-        if commit:
-            p.commit_transaction(30)
-        else:
-            p.flush(30)
-            p.abort_transaction(30)
-    p.flush(30)
-    rc = read_values(b, topic, "read_committed", set(last), partitions=2)
-    assert sorted(rc) == sorted(committed + last)
-    ru = read_values(b, topic, "read_uncommitted", set(last), partitions=2)
-    assert sorted(ru) == sorted(committed + aborted + last)
 
 
 def test_confluent_zombie_is_fenced(txn_broker, unique):
@@ -214,63 +211,165 @@ def test_open_transaction_is_aborted_after_its_timeout(txn_broker, unique):
         stuck.commit_transaction(30)
 
 
-# --------------------------------------------------------------------------- kafka-python
+# ------------------------------------------------------- the client matrix: commit and abort
+#
+# Each client library's own transactional producers write to a topic of two partitions, and
+# the same library's consumer reads it back from offset 0 in both isolation levels. On the
+# tiered topic every segment holding transactional data (records and markers) is copied to
+# remote storage and deleted locally before the consumers start: every transactional record
+# they read comes from remote storage.
+
+ROUNDS = 8
+PER_SEND = 6  # records of one send step, over both partitions
+VALUE_BYTES = 900  # about 34 records per segment (SEGMENT_BYTES): ~5 segments a partition
+PARTITIONS = (0, 1)
 
 
-def test_kafka_python_commit_and_abort(txn_broker, unique):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        from kafka import KafkaProducer
-
-    b = txn_broker.bootstrap
-    topic = f"kp-{unique}"
-    cf_create_topic(b, topic)
-    p = KafkaProducer(bootstrap_servers=b, transactional_id=f"kp-{unique}")
-    p.init_transactions()
-    committed, aborted, last = values("a", 30), values("b", 30), values("c", 5)
-    for batch, commit in ((committed, True), (aborted, False), (last, True)):
-        p.begin_transaction()
-        for v in batch:
-            p.send(topic, v)
-        if commit:
-            p.commit_transaction()
-        else:
-            p.flush()
-            p.abort_transaction()
-    p.close()
-    assert read_values(b, topic, "read_committed", set(last)) == committed + last
-    assert read_values(b, topic, "read_uncommitted", set(last)) == committed + aborted + last
+def padded(label: str) -> bytes:
+    return f"{label}|".encode().ljust(VALUE_BYTES, b"x")
 
 
-# --------------------------------------------------------------------------- aiokafka
+def labels(records: dict[int, list[tuple[int, bytes]]]) -> dict[int, list[tuple[int, str]]]:
+    """The records without their padding (a readable diff)."""
+    return {p: [(o, v.split(b"|")[0].decode()) for o, v in rs] for p, rs in records.items()}
 
 
-def test_aiokafka_commit_and_abort(txn_broker, unique):
-    from aiokafka import AIOKafkaProducer
+Transaction = tuple[bool, list[Delivered]]  # committed, its records
 
-    b = txn_broker.bootstrap
-    topic = f"aio-{unique}"
-    cf_create_topic(b, topic)
-    committed, aborted, last = values("a", 30), values("b", 30), values("c", 5)
 
-    async def go() -> None:
-        p = AIOKafkaProducer(bootstrap_servers=b, transactional_id=f"aio-{unique}")
-        await p.start()
-        try:
-            for batch, commit in ((committed, True), (aborted, False), (last, True)):
-                await p.begin_transaction()
-                for v in batch:
-                    await p.send(topic, v)
-                if commit:
-                    await p.commit_transaction()
-                else:
-                    await p.abort_transaction()
-        finally:
-            await p.stop()
+def write_transactions(
+    client: TxnClient, bootstrap: str, topic: str, txn_id: str
+) -> list[Transaction]:
+    """Two transactional producers A and B of ``client`` in overlapping transactions: each
+    round A begins and sends, B begins and sends, A sends again and ends, B sends again and
+    ends; one of them commits and the other aborts (A commits in even rounds). Every send step
+    is flushed, so in both partitions the batches of the two transactions alternate and each
+    aborted transaction's data is interleaved with committed data."""
+    a = client.producer(bootstrap, topic, f"{txn_id}-a")
+    b = client.producer(bootstrap, topic, f"{txn_id}-b")
 
-    run(go())
-    assert read_values(b, topic, "read_committed", set(last)) == committed + last
-    assert read_values(b, topic, "read_uncommitted", set(last)) == committed + aborted + last
+    def step(p: TxnProducer, tag: str) -> list[Delivered]:
+        for i in range(PER_SEND):
+            p.send(PARTITIONS[i % len(PARTITIONS)], padded(f"{tag}-{i}"))
+        return p.flush()
+
+    done: list[Transaction] = []
+    try:
+        for r in range(ROUNDS):
+            a_commits = r % 2 == 0
+            a.begin()
+            from_a = step(a, f"r{r}-a")
+            b.begin()
+            from_b = step(b, f"r{r}-b")
+            from_a += step(a, f"r{r}-a'")
+            a.end(a_commits)
+            from_b += step(b, f"r{r}-b'")
+            b.end(not a_commits)
+            done += [(a_commits, from_a), (not a_commits, from_b)]
+    finally:
+        a.close()
+        b.close()
+    return done
+
+
+def wait_transactions_complete(bootstrap: str, topic: str) -> dict[int, int]:
+    """Each partition's end offset once its last marker is written (EndTxn is answered
+    before the markers are in: the last stable offset catches up with the high watermark)."""
+    c = WireClient(bootstrap)
+    try:
+
+        def ends() -> dict[int, int] | None:
+            out = {}
+            for p in PARTITIONS:
+                hw = list_latest_offset(c, topic, p, READ_UNCOMMITTED)
+                if list_latest_offset(c, topic, p, READ_COMMITTED) != hw:
+                    return None
+                out[p] = hw
+            return out
+
+        got: dict[int, int] = wait_until(ends, timeout=30, what="the last markers")
+        return got
+    finally:
+        c.close()
+
+
+def assert_only_in_remote_storage(b: Any, topic: str, partition: int, end: int) -> list[int]:
+    """Wait until every segment of ``partition`` below offset ``end`` is copied to remote
+    storage and deleted from the local log dir; check both. The remote segments' base
+    offsets."""
+    off = wait_until(
+        lambda: at_rest(b, topic, partition, local_retention_bytes=1),
+        timeout=90,
+        what=f"{topic}-{partition} copied and deleted locally",
+    )
+    assert off.earliest == 0 and off.local >= end, (off, end)
+    local = local_segments(b, topic, partition)
+    assert local and local[0][0] >= end, (local, end)  # the partition dir: nothing below end
+    remote = sorted(finished(b, topic, partition), key=lambda s: int(s["start_offset"]))
+    assert len(remote) >= 3, remote  # the transactions span several segments
+    assert remote[0]["start_offset"] == 0 and remote[-1]["end_offset"] == off.local - 1, remote
+    for x, y in itertools.pairwise(remote):
+        assert x["end_offset"] + 1 == y["start_offset"], remote
+    for s in remote:
+        object_key(b.store, s["log_object"])  # in the store, not only in the metadata
+        object_key(b.store, s["indexes_object"])
+    return [int(s["start_offset"]) for s in remote]
+
+
+# Plain records after the transactions, more than a segment's worth in each partition: the
+# segment of the last marker rolls, so it is copied and deleted locally too.
+AFTER = SEGMENT_BYTES // VALUE_BYTES + 2
+
+
+@pytest.mark.parametrize("tiered", [False, True], ids=["plain", "tiered"])
+@pytest.mark.parametrize("client", CLIENTS, ids=lambda c: c.name)
+def test_commit_and_abort(txn_broker, unique, client, tiered):
+    b = txn_broker
+    topic = f"{'tiered' if tiered else 'plain'}-{unique}"
+    configs = tiered_topic_configs(local_retention_bytes="1") if tiered else {}
+    cf_create_topic(b.bootstrap, topic, len(PARTITIONS), **configs)
+    txns = write_transactions(client, b.bootstrap, topic, f"matrix-{unique}")
+    written = [(p, o, v, committed) for committed, records in txns for p, o, v in records]
+    txn_end = wait_transactions_complete(b.bootstrap, topic)
+    after: dict[int, list[tuple[int, bytes]]] = {}
+    for p in PARTITIONS:
+        vals = [padded(f"after-{i}") for i in range(AFTER)]
+        offsets = cf_produce(
+            b.bootstrap, topic, [(None, v) for v in vals], partition=p, batch_size=8192
+        )
+        after[p] = [(o, v) for (_, o), v in zip(offsets, vals, strict=True)]
+        assert after[p][0][0] >= txn_end[p]
+    if tiered:
+        for p in PARTITIONS:
+            bases = assert_only_in_remote_storage(b, topic, p, txn_end[p])
+            # An aborted transaction whose records are in two remote segments (its marker in
+            # the later one or after it).
+            spans = [
+                base
+                for committed, records in txns
+                if not committed
+                for base in bases
+                if min(o for q, o, _ in records if q == p)
+                < base
+                <= max(o for q, o, _ in records if q == p)
+            ]
+            assert spans, (bases, [(c, [o for q, o, _ in rs if q == p]) for c, rs in txns])
+
+    committed = {
+        p: sorted((o, v) for q, o, v, c in written if q == p and c) + after[p] for p in PARTITIONS
+    }
+    everything = {
+        p: sorted((o, v) for q, o, v, _ in written if q == p) + after[p] for p in PARTITIONS
+    }
+    for p in PARTITIONS:  # both outcomes in each partition, every record written once
+        n = sum(1 for q, *_ in written if q == p)
+        assert len(after[p]) < len(committed[p]) < len(everything[p]) == n + len(after[p])
+        assert len({o for o, _ in everything[p]}) == len(everything[p])
+    last = {p: after[p][-1][0] for p in PARTITIONS}
+    for isolation, expected in (("read_committed", committed), ("read_uncommitted", everything)):
+        got = client.read(b.bootstrap, topic, isolation, last)
+        assert labels(got) == labels(expected), isolation
+        assert got == expected, isolation
 
 
 # --------------------------------------------------------------------------- admin

@@ -1,7 +1,7 @@
 """read_committed on a real broker: transactions written by hand (transactional batches over
 Produce, markers over WriteTxnMarkers), read in both isolation levels by librdkafka,
-kafka-python and aiokafka on a plain topic, and by librdkafka and kafka-python on a tiered
-topic whose transactional segments are only in remote storage."""
+kafka-python and aiokafka on a plain topic and on a tiered topic whose transactional segments
+are only in remote storage (the clients' own transactional producers: test_transactions.py)."""
 
 from __future__ import annotations
 
@@ -138,6 +138,6 @@ def test_read_committed_on_a_tiered_topic_read_from_remote_storage(
         assert (p1, 1) in (got.aborted or [])
     finally:
         c.close()
-    for read in (cf_read, kp_read):
+    for read in (cf_read, kp_read, aio_read):
         assert read(b.bootstrap, topic, "read_committed", until=END) == committed
         assert read(b.bootstrap, topic, "read_uncommitted", until=END) == everything
