@@ -46,6 +46,7 @@ from tierlog.errors import (
 )
 from tierlog.log import log_file_utils as lfu
 from tierlog.log.log import Log
+from tierlog.log.log_checkpoints import read_checkpoint, write_checkpoints
 from tierlog.log.partition_metadata_file import encode_partition_metadata
 
 if TYPE_CHECKING:
@@ -202,7 +203,7 @@ class FutureLogs:
             self._pause_cleaning(tp)
         # Its log start offset (the partition's, below its segments when tiered) and the
         # current's, durable before any copy: a restart resumes from them.
-        lm._write_checkpoints(recovery=True, start=True)
+        write_checkpoints(lm, recovery=True, start=True)
         log.info("moving %s-%d from %s to %s", topic, partition, current.dir.parent, target)
         return future
 
@@ -254,13 +255,13 @@ class FutureLogs:
             info = lm.topic(tp[0])
             current_dir = lm._log_dir_of.get(tp)
             if info is None or current_dir is None or current_dir == path.parent:
-                lm._rename_for_delete(path, *tp)
+                lm._logs_to_be_deleted.rename_for_delete(path, *tp)
                 continue
             # Its dir's checkpoints hold it (written when it was created and since): its log
             # start offset is the partition's, below its segments when tiered.
             d = path.parent
-            recovery = lm._read_checkpoint(d / lfu.RECOVERY_POINT_CHECKPOINT_FILENAME)
-            starts = lm._read_checkpoint(d / lfu.LOG_START_OFFSET_CHECKPOINT_FILENAME)
+            recovery = read_checkpoint(d / lfu.RECOVERY_POINT_CHECKPOINT_FILENAME)
+            starts = read_checkpoint(d / lfu.LOG_START_OFFSET_CHECKPOINT_FILENAME)
             try:
                 logs[tp] = Log.open(
                     path,
@@ -272,7 +273,7 @@ class FutureLogs:
                 )
             except Exception as e:  # a future replica is only a copy: start over
                 log.warning("cannot load the future replica %s (%s): deleting it", path, e)
-                lm._rename_for_delete(path, *tp)
+                lm._logs_to_be_deleted.rename_for_delete(path, *tp)
                 continue
             log.info("resuming the move of %s-%d to %s", *tp, path.parent)
         self._logs = logs
@@ -295,7 +296,7 @@ class FutureLogs:
             except OSError as e:
                 log.warning("closing the future replica %s: %s", future.dir, e)
             try:
-                lm._rename_for_delete(future.dir, topic, partition)
+                lm._logs_to_be_deleted.rename_for_delete(future.dir, topic, partition)
             except KafkaStorageError as e:
                 log.error("cannot delete the future replica %s: %s", future.dir, e)
             self._resume_cleaning(tp)
@@ -365,11 +366,11 @@ class FutureLogs:
             self._logs = logs
             lm._logs = {**lm._logs, tp: new}
             lm._log_dir_of = {**lm._log_dir_of, tp: target}
-            lm._to_delete.append(doomed)
+            lm._logs_to_be_deleted.add(doomed)
             self._resume_cleaning(tp)
         # Both dirs' checkpoints now name the log where it is (its log start offset above
         # all: a tiered log's remote part is not in its segments).
-        lm._write_checkpoints(recovery=True, start=True)
+        write_checkpoints(lm, recovery=True, start=True)
         lm._wakeup.set()
         log.info("moved %s-%d to %s", topic, partition, target)
         return new

@@ -15,6 +15,13 @@ registry (the ids, partition counts and config overrides of the topics, and the 
 deleted ones) is a :class:`~tierlog.log.topic_registry.TopicRegistry` the LogManager owns; its
 module describes the file.
 
+Its jobs are in modules beside it, each a friend of the LogManager (its lock and maps): the
+startup load of the log dirs (:mod:`~tierlog.log.log_loading`), the offset checkpoints
+(:mod:`~tierlog.log.log_checkpoints`), the topic admin and the partition dirs it creates and
+drops (:mod:`~tierlog.log.topic_admin`), the dirs awaiting removal
+(:mod:`~tierlog.log.logs_to_be_deleted`) and the future replicas of log dir moves
+(:mod:`~tierlog.log.future_logs`).
+
 Order of writes, for crash safety: create and create-partitions write the registry first and
 then the logs (a missing partition dir is recreated empty at startup); delete writes the
 registry (with the tombstone) first and then renames the dirs to ``-delete``.
@@ -34,73 +41,31 @@ flushes, writes checkpoints and removes deleted partition dirs.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import os
-import shutil
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tierlog.errors import (
-    ApiError,
-    ConfigError,
-    CorruptCheckpointError,
-    InvalidConfig,
-    InvalidPartitions,
-    InvalidTopic,
-    KafkaStorageError,
-    TopicAlreadyExists,
-    UnknownTopicOrPartition,
-)
+from tierlog.errors import ApiError, KafkaStorageError
 from tierlog.log import log_file_utils as lfu
-from tierlog.log.checkpoint_file import OffsetCheckpointFile
-from tierlog.log.future_logs import FutureLogs, scan_future_dirs
+from tierlog.log import topic_admin
+from tierlog.log.future_logs import FutureLogs
 from tierlog.log.log import Log
+from tierlog.log.log_checkpoints import Unopened, write_checkpoints
 from tierlog.log.log_cleaner import CleanerConfig, LogCleaner
-from tierlog.log.log_config import LONG_MAX, TOPIC_CONFIGS, LogConfig
+from tierlog.log.log_config import LONG_MAX, LogConfig
+from tierlog.log.log_loading import load_logs
 from tierlog.log.log_segment import wall_clock_ms
+from tierlog.log.logs_to_be_deleted import LogsToBeDeleted
 from tierlog.log.meta_properties import check_meta_properties
-from tierlog.log.partition_metadata_file import (
-    PartitionMetadataFile,
-    encode_partition_metadata,
-    random_kafka_uuid,
-    uuid_to_kafka_str,
-)
-from tierlog.log.topic_names import unify_collision_chars, validate_topic_name
 from tierlog.log.topic_registry import NewTopic, TopicInfo, TopicRegistry
 
 __all__ = ["LogManager"]
 
 log = logging.getLogger(__name__)
 
-#: How to open a log not opened yet: (recovery point, log start offset or None: unknown).
-_Unopened = tuple[int, int | None]
-#: A partition created and not used yet.
-_NEW_LOG: _Unopened = (0, None)
-
-_MAX_FILE_NAME = 255
 _MAX_WAIT_S = 1.0  # longest sleep of the background thread between checks
-
-
-def _parse_partition_dir(name: str) -> tuple[str, int] | None:
-    """``(topic, partition)`` of a ``<topic>-<partition>`` dir name, or None."""
-    topic, sep, part = name.rpartition("-")
-    if not sep or not part.isdigit() or not part.isascii() or (len(part) > 1 and part[0] == "0"):
-        return None
-    try:
-        validate_topic_name(topic)
-    except InvalidTopic:
-        return None
-    return topic, int(part)
-
-
-def _delete_dir_name(topic: str, partition: int) -> str:
-    """Kafka's ``logDeleteDirName``: ``<topic>-<partition>.<uuid hex>-delete``, within 255."""
-    suffix = f"-{partition}.{uuid.uuid4().hex}{lfu.DELETE_DIR_SUFFIX}"
-    return topic[: _MAX_FILE_NAME - len(suffix)] + suffix
 
 
 class LogManager:
@@ -155,12 +120,12 @@ class LogManager:
         self._time_ms = time_ms
 
         self._lock = threading.RLock()  # registry and the set of logs
-        self._checkpoint_lock = threading.Lock()
+        self._checkpoint_lock = threading.Lock()  # write_checkpoints (log_checkpoints)
         # Copy-on-write, like the registry's topics: replaced, never mutated, so readers need
         # no lock. Every partition is in _log_dir_of, and in exactly one of _logs (opened) and
         # _unopened (opened by get_log on first use).
         self._logs: dict[tuple[str, int], Log] = {}
-        self._unopened: dict[tuple[str, int], _Unopened] = {}
+        self._unopened: dict[tuple[str, int], Unopened] = {}
         # Unopened logs whose load at startup failed (a failing file: EIO): recovered when
         # they open, and never vouched for by a clean shutdown marker until then.
         self._unrecovered: set[tuple[str, int]] = set()
@@ -174,7 +139,8 @@ class LogManager:
             storage_error=self._storage_error,
         )
 
-        self._to_delete: list[Path] = []  # renamed partition dirs awaiting removal
+        #: Renamed partition dirs awaiting removal (Kafka's logsToBeDeleted).
+        self._logs_to_be_deleted = LogsToBeDeleted(self._lock, self._storage_error)
         self._wakeup = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -242,7 +208,7 @@ class LogManager:
                 storage_error=self._storage_error,
             )
             self._registry.load()
-            self._load_logs()
+            load_logs(self)
             self._started = True
         self._thread = threading.Thread(target=self._run, name="tierlog-log-manager", daemon=True)
         self._thread.start()
@@ -273,7 +239,7 @@ class LogManager:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        self._delete_pending_dirs()
+        self._logs_to_be_deleted.delete_logs()
         with self._lock:
             self.future_logs.close_all()
             try:
@@ -288,7 +254,7 @@ class LogManager:
                     except OSError as e:
                         failed.add(self._log_dir_of[tp])
                         log.error("closing %s-%d failed: %s", tp[0], tp[1], e)
-            self._write_checkpoints(recovery=True, start=True)
+            write_checkpoints(self, recovery=True, start=True)
             for d in self._log_dirs:
                 if d in failed or d in self._offline_dirs:
                     continue
@@ -401,61 +367,7 @@ class LogManager:
     ) -> list[TopicInfo | ApiError]:
         """Create several topics (a CreateTopics request) with one registry write: each
         topic's :class:`TopicInfo`, or the error :meth:`create_topic` would raise for it."""
-        with self._lock:
-            self._check_started()
-            results: list[TopicInfo | ApiError] = []
-            new: dict[str, TopicInfo] = {}
-            for t in topics:
-                try:
-                    info = self._new_topic(t, new)
-                except ApiError as e:
-                    results.append(e)
-                    continue
-                new[t.name] = info
-                results.append(info)
-            if validate_only or not new:
-                return results
-            try:
-                self._registry.save({**self._registry.topics, **new})
-            except KafkaStorageError as e:
-                return [e if isinstance(r, TopicInfo) else r for r in results]
-            for i, r in enumerate(results):
-                if not isinstance(r, TopicInfo):
-                    continue
-                try:
-                    self._open_new_logs(r, range(r.num_partitions))
-                except BaseException as e:
-                    remaining = dict(self._registry.topics)
-                    del remaining[r.name]
-                    self._roll_back(r.name, range(r.num_partitions), remaining)
-                    if not isinstance(e, ApiError):
-                        raise
-                    results[i] = e
-            return results
-
-    def _new_topic(self, t: NewTopic, pending: Mapping[str, TopicInfo]) -> TopicInfo:
-        """The TopicInfo of a topic to create, checked against the existing topics and
-        ``pending`` (created in the same request). Call with the lock held."""
-        name = t.name
-        validate_topic_name(name)
-        if t.num_partitions < 1:
-            raise InvalidPartitions(
-                f"Number of partitions was set to an invalid non-positive value: {t.num_partitions}"
-            )
-        config = self._topic_config(t.configs)
-        if name in self._registry.topics or name in pending:
-            raise TopicAlreadyExists(f"Topic '{name}' already exists.")
-        collision = unify_collision_chars(name)
-        for other in (*self._registry.topics, *pending):
-            if unify_collision_chars(other) == collision:
-                raise InvalidTopic(f"Topic '{name}' collides with existing topic: {other}")
-        topic_id = t.topic_id
-        if topic_id is not None and (
-            self.topic_by_id(topic_id) is not None
-            or any(p.topic_id == topic_id for p in pending.values())
-        ):
-            raise TopicAlreadyExists(f"Topic id {uuid_to_kafka_str(topic_id)} already exists.")
-        return TopicInfo(name, topic_id or random_kafka_uuid(), t.num_partitions, config)
+        return topic_admin.create_topics(self, topics, validate_only=validate_only)
 
     def create_partitions(self, name: str, new_total: int) -> TopicInfo:
         """Grow a topic to ``new_total`` partitions.
@@ -465,27 +377,7 @@ class LogManager:
             InvalidPartitions: ``new_total`` is not more than the current count.
             KafkaStorageError: the new partition dirs cannot be created.
         """
-        with self._lock:
-            self._check_started()
-            info = self._registry.topics.get(name)
-            if info is None:
-                raise UnknownTopicOrPartition(f"Topic '{name}' does not exist.")
-            if new_total == info.num_partitions:
-                raise InvalidPartitions(f"Topic already has {info.num_partitions} partitions.")
-            if new_total < info.num_partitions:
-                raise InvalidPartitions(
-                    f"Topic currently has {info.num_partitions} partitions, which is higher "
-                    f"than the requested {new_total}."
-                )
-            new = TopicInfo(name, info.topic_id, new_total, info.config)
-            self._registry.save({**self._registry.topics, name: new})
-            added = range(info.num_partitions, new_total)
-            try:
-                self._open_new_logs(new, added)
-            except BaseException:
-                self._roll_back(name, added, {**self._registry.topics, name: info})
-                raise
-            return new
+        return topic_admin.create_partitions(self, name, new_total)
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic: its partition dirs are renamed ``<topic>-<p>.<uuid>-delete`` at once
@@ -496,17 +388,7 @@ class LogManager:
             KafkaStorageError: a rename failed (the topic is gone from the registry; the dir
                 is removed at the next startup, by its tombstoned topic id).
         """
-        with self._lock:
-            self._check_started()
-            info = self._registry.topics.get(name)
-            if info is None:
-                raise UnknownTopicOrPartition(f"Topic '{name}' does not exist.")
-            topics = dict(self._registry.topics)
-            del topics[name]
-            self._flush_partition_metadata(name, info.num_partitions)
-            self._registry.save(topics, deleted=self._registry.deleted_ids | {info.topic_id})
-            self._drop_logs(name, range(info.num_partitions))
-        self._wakeup.set()
+        topic_admin.delete_topic(self, name)
 
     def ensure_replica(
         self,
@@ -543,82 +425,13 @@ class LogManager:
             InvalidConfig: ``configs`` has an unknown key or a bad value.
             KafkaStorageError: a partition dir cannot be created.
         """
-        with self._lock:
-            self._check_started()
-            info = self._registry.topics.get(name)
-            if info is not None and topic_id is not None and info.topic_id != topic_id:
-                log.warning(
-                    "topic %s here has id %s, the cluster's has id %s: deleting the old one",
-                    name, uuid_to_kafka_str(info.topic_id), uuid_to_kafka_str(topic_id),
-                )  # fmt: skip
-                self.delete_topic(name)
-                info = None
-            wanted = sorted(set(partitions))
-            new_parts = [p for p in wanted if info is None or not info.hosts(p)]
-            if not new_parts:
-                return
-            count = max(wanted) + 1
-            if info is None:
-                new = TopicInfo(
-                    name,
-                    topic_id or random_kafka_uuid(),
-                    count,
-                    self._topic_config(configs),
-                    frozenset(wanted),
-                )
-            else:
-                hosted = info.replicas or frozenset(range(info.num_partitions))
-                new = TopicInfo(
-                    name,
-                    info.topic_id,
-                    max(info.num_partitions, count),
-                    info.config,
-                    hosted | set(wanted),
-                )
-            previous = dict(self._registry.topics)
-            self._registry.save({**self._registry.topics, name: new})
-            try:
-                self._open_new_logs(new, new_parts)
-            except BaseException:
-                self._roll_back(name, new_parts, previous)
-                raise
+        topic_admin.ensure_replicas(self, name, topic_id, partitions, configs)
 
     def delete_replica(self, name: str, partition: int) -> None:
         """Stop hosting one partition (the topic was deleted, or the replica moved away):
         its dir is renamed for deletion; the last one deletes the topic (with a tombstone).
         Nothing to do when it is not hosted."""
-        with self._lock:
-            self._check_started()
-            info = self._registry.topics.get(name)
-            if info is None or not info.hosts(partition):
-                return
-            hosted = (info.replicas or frozenset(range(info.num_partitions))) - {partition}
-            if not hosted:
-                self.delete_topic(name)
-                return
-            new = TopicInfo(name, info.topic_id, info.num_partitions, info.config, hosted)
-            self._registry.save({**self._registry.topics, name: new})
-            self._drop_logs(name, [partition])
-        self._wakeup.set()
-
-    def _flush_partition_metadata(self, name: str, num_partitions: int) -> None:
-        """Make the topic's ``partition.metadata`` files durable before its tombstone is.
-
-        They are written without fsync (the registry is the durable record of a topic id,
-        see :func:`~tierlog.log.log._load_topic_id`), but once the registry forgets the topic
-        only the file tells a partition dir that survived a machine crash before its rename
-        (its id is tombstoned: removed) from one to adopt. A file that cannot be flushed is
-        logged: the delete goes on (the next startup adopts such a dir at worst).
-        """
-        for p in range(num_partitions):
-            d = self._log_dir_of.get((name, p))
-            if d is None:
-                continue
-            path = d / lfu.log_dir_name(name, p)
-            try:
-                PartitionMetadataFile(PartitionMetadataFile.new_file(path)).flush()
-            except OSError as e:
-                log.warning("cannot flush the partition.metadata of %s: %s", path, e)
+        topic_admin.delete_replica(self, name, partition)
 
     def alter_topic_config(
         self, name: str, overrides: Mapping[str, str | None], *, incremental: bool
@@ -633,27 +446,7 @@ class LogManager:
             UnknownTopicOrPartition: no such topic.
             InvalidConfig: an unknown config or a bad value (the message names the key).
         """
-        with self._lock:
-            self._check_started()
-            info = self._registry.topics.get(name)
-            if info is None:
-                raise UnknownTopicOrPartition(f"Topic '{name}' does not exist.")
-            new_overrides = dict(info.overrides) if incremental else {}
-            for key, value in overrides.items():
-                if value is not None:
-                    new_overrides[key] = value
-                elif key not in TOPIC_CONFIGS:
-                    raise InvalidConfig(f"{key}: unknown topic config")
-                else:
-                    new_overrides.pop(key, None)
-            config = self._topic_config(new_overrides)
-            new = TopicInfo(name, info.topic_id, info.num_partitions, config, info.replicas)
-            self._registry.save({**self._registry.topics, name: new})
-            for p in range(info.num_partitions):
-                lg = self._logs.get((name, p))
-                if lg is not None:
-                    lg.update_config(config)
-            return new
+        return topic_admin.alter_topic_config(self, name, overrides, incremental=incremental)
 
     def reconfigure_default_log_config(self, default_config: LogConfig) -> None:
         """New broker-level topic defaults (Kafka's ``reconfigureDefaultLogConfig``, a dynamic
@@ -664,23 +457,7 @@ class LogManager:
             InvalidConfig: a topic's overrides do not validate over the new defaults (nothing
                 changed).
         """
-        with self._lock:
-            topics = {
-                name: dataclasses.replace(info, config=self._over(default_config, info.config))
-                for name, info in self._registry.topics.items()
-            }
-            logs = {tp: self._over(default_config, lg.config) for tp, lg in self._logs.items()}
-            self._default_config = default_config
-            self._registry.reconfigure(default_config, topics)
-            for tp, config in logs.items():
-                self._logs[tp].update_config(config)
-
-    @staticmethod
-    def _over(default_config: LogConfig, config: LogConfig) -> LogConfig:
-        try:
-            return default_config.with_overrides(config.to_props(overrides_only=True))
-        except ConfigError as e:
-            raise InvalidConfig(str(e)) from None
+        topic_admin.reconfigure_default_log_config(self, default_config)
 
     def reconfigure_cleaner(self, config: CleanerConfig) -> None:
         """New ``log.cleaner.*`` settings: the cleaner threads restart with them (Kafka's
@@ -693,11 +470,11 @@ class LogManager:
 
     def checkpoint_recovery_points(self) -> None:
         """Write ``recovery-point-offset-checkpoint`` in every log dir."""
-        self._write_checkpoints(recovery=True, start=False)
+        write_checkpoints(self, recovery=True, start=False)
 
     def checkpoint_log_start_offsets(self) -> None:
         """Write ``log-start-offset-checkpoint`` in every log dir."""
-        self._write_checkpoints(recovery=False, start=True)
+        write_checkpoints(self, recovery=False, start=True)
 
     def cleanup_logs(self, now_ms: int | None = None) -> int:
         """Apply retention to every log now (opening the unopened ones that hold data); the
@@ -736,7 +513,7 @@ class LogManager:
         next_start = now + self._start_offset_checkpoint_interval_ms
         while not self._stopping.is_set():
             try:
-                self._delete_pending_dirs()
+                self._logs_to_be_deleted.delete_logs()
                 self._persist_registry_if_dirty()
                 now = self._time_ms()
                 if now >= next_retention:
@@ -758,376 +535,15 @@ class LogManager:
             self._wakeup.wait(min(max(wait_ms / 1000, 0.001), _MAX_WAIT_S))
             self._wakeup.clear()
 
-    def _delete_pending_dirs(self) -> None:
-        with self._lock:
-            pending, self._to_delete = self._to_delete, []
-        for d in pending:
-            try:
-                shutil.rmtree(d)
-            except FileNotFoundError:
-                pass
-            except OSError as e:
-                log.error("cannot remove deleted partition dir %s: %s", d, e)
-
     def _persist_registry_if_dirty(self) -> None:
         with self._lock:
             self._registry.persist_if_dirty()
 
-    # ----------------------------------------------------------------- loading
-
-    def _load_logs(self) -> None:
-        """Find every partition dir of every log dir; open (recover, in parallel) those of
-        a log dir without a clean shutdown marker, leave the others to their first use."""
-        jobs: list[tuple[Path, tuple[str, int], uuid.UUID | None, bool, int, int | None]] = []
-        try:
-            futures = scan_future_dirs(self._log_dirs)
-        except OSError as e:
-            raise self._storage_error(e, self._log_dirs[0], "load future replicas in") from e
-        for d in self._log_dirs:
-            clean = (d / lfu.CLEAN_SHUTDOWN_FILENAME).exists()
-            recovery = self._read_checkpoint(d / lfu.RECOVERY_POINT_CHECKPOINT_FILENAME)
-            starts = self._read_checkpoint(d / lfu.LOG_START_OFFSET_CHECKPOINT_FILENAME)
-            try:
-                with os.scandir(d) as it:
-                    names = sorted(e.name for e in it if e.is_dir())
-            except OSError as e:
-                raise self._storage_error(e, d, "list") from e
-            for dir_name in names:
-                entry = d / dir_name
-                if dir_name.endswith(lfu.DELETE_DIR_SUFFIX):
-                    self._to_delete.append(entry)  # finish an interrupted delete
-                    continue
-                tp = _parse_partition_dir(dir_name)
-                if tp is None:
-                    continue  # remote-log-index-cache, -future dirs
-                if tp in self._log_dir_of:
-                    log.error(
-                        "partition %s-%d is in two log dirs (%s and %s); using the first",
-                        *tp,
-                        self._log_dir_of[tp],
-                        d,
-                    )
-                    continue
-                info = self._registry.topics.get(tp[0])
-                # Vouched for by the marker (the topic id is checked when the log is opened);
-                # with tombstones, each dir's id is read to find a delete to finish.
-                vouched = clean and not self._registry.deleted_ids
-                if vouched and info is not None and info.hosts(tp[1]):
-                    tp = (info.name, tp[1])  # one topic name string for its partitions
-                    self._log_dir_of[tp] = d
-                    state = (recovery.get(tp, 0), starts.get(tp))
-                    self._unopened[tp] = _NEW_LOG if state == _NEW_LOG else state
-                    continue
-                try:
-                    stored_id = PartitionMetadataFile(
-                        entry / lfu.PARTITION_METADATA_FILENAME
-                    ).read()
-                except (CorruptCheckpointError, OSError) as e:
-                    log.warning("%s: %s; using the registry's topic id", entry, e)
-                    stored_id = None
-                if stored_id is not None and stored_id in self._registry.deleted_ids:
-                    self._rename_for_delete(entry, *tp)
-                    continue
-                if info is not None and stored_id is not None and stored_id != info.topic_id:
-                    log.error(
-                        "%s holds topic id %s but topic %s has id %s; not loading it",
-                        entry,
-                        uuid_to_kafka_str(stored_id),
-                        tp[0],
-                        uuid_to_kafka_str(info.topic_id),
-                    )
-                    continue
-                if info is None:
-                    info = self._adopt(tp, stored_id)
-                elif not info.hosts(tp[1]):
-                    log.warning(
-                        "%s is not a partition of topic %s in the registry; adopting it",
-                        entry,
-                        tp[0],
-                    )
-                    replicas = None if info.replicas is None else info.replicas | {tp[1]}
-                    count = max(info.num_partitions, tp[1] + 1)
-                    info = TopicInfo(info.name, info.topic_id, count, info.config, replicas)
-                    self._registry.set_unsaved({**self._registry.topics, info.name: info})
-                self._log_dir_of[tp] = d
-                if clean:
-                    self._unopened[tp] = (recovery.get(tp, 0), starts.get(tp))
-                else:
-                    jobs.append(
-                        (entry, tp, info.topic_id, False, recovery.get(tp, 0), starts.get(tp))
-                    )
-        # Registered partitions without a dir (a crash after the registry write): create them.
-        counts: dict[Path, int] | None = None
-        for name, info in self._registry.topics.items():
-            for p in range(info.num_partitions):
-                if (name, p) not in self._log_dir_of and info.hosts(p):
-                    if counts is None:
-                        counts = self._partition_counts(self._log_dir_of)
-                    d = self._next_log_dir(counts)
-                    self._log_dir_of[(name, p)] = d
-                    jobs.append(
-                        (d / lfu.log_dir_name(name, p), (name, p), info.topic_id, True, 0, None)
-                    )
-        if self._registry.dirty:
-            self._registry.save(self._registry.topics)
-
-        def open_one(
-            job: tuple[Path, tuple[str, int], uuid.UUID | None, bool, int, int | None],
-        ) -> tuple[tuple[str, int], Log | OSError]:
-            path, tp, topic_id, clean, recovery_point, start = job
-            try:
-                lg = Log.open(
-                    path,
-                    self._registry.topics[tp[0]].config,
-                    log_start_offset=start,
-                    recovery_point=recovery_point,
-                    topic_id=topic_id,
-                    had_clean_shutdown=clean,
-                    time_ms=self._time_ms,
-                )
-            except OSError as e:
-                return tp, e
-            return tp, lg
-
-        logs: dict[tuple[str, int], Log] = {}
-        with ThreadPoolExecutor(self._recovery_threads, thread_name_prefix="log-recovery") as ex:
-            for (path, _, _, clean, recovery_point, start), (tp, got) in zip(
-                jobs, ex.map(open_one, jobs), strict=True
-            ):
-                if isinstance(got, Log):
-                    logs[tp] = got
-                    continue
-                # One partition's failing files (EIO) never stop the broker: the rest load,
-                # and this one is tried again, recovered, on its first use (each request
-                # meanwhile answers KAFKA_STORAGE_ERROR). Kafka takes the whole dir offline.
-                log.error(
-                    "cannot load log %s: %s; its requests answer KAFKA_STORAGE_ERROR until "
-                    "it opens",
-                    path,
-                    got.strerror or got,
-                )
-                self._unopened[tp] = (recovery_point, start)
-                if not clean:
-                    self._unrecovered.add(tp)
-        self._logs = logs
-        self.future_logs.load(futures)
-        for d in self._log_dirs:
-            # The marker is only for the load that just finished (Kafka deletes it here too).
-            try:
-                (d / lfu.CLEAN_SHUTDOWN_FILENAME).unlink(missing_ok=True)
-                lfu.fsync_dir(d)
-            except OSError as e:
-                raise self._storage_error(e, d, "remove the clean shutdown marker in") from e
-        # Tombstones whose dirs are all gone are no longer needed.
-        if self._registry.deleted_ids:
-            self._registry.save(self._registry.topics, frozenset())
-        log.info(
-            "loaded %d logs from %s (%d more to open on first use)",
-            len(logs),
-            ", ".join(map(str, self._log_dirs)),
-            len(self._unopened),
-        )
-
-    def _adopt(self, tp: tuple[str, int], stored_id: uuid.UUID | None) -> TopicInfo:
-        """Register a topic found on disk but not in the registry."""
-        name, partition = tp
-        info = TopicInfo(
-            name, stored_id or random_kafka_uuid(), partition + 1, self._default_config
-        )
-        log.warning(
-            "adopting topic %s (id %s) found in a log dir but not in the topic registry",
-            name,
-            uuid_to_kafka_str(info.topic_id),
-        )
-        self._registry.set_unsaved({**self._registry.topics, name: info})
-        return info
-
-    def _read_checkpoint(self, path: Path) -> dict[tuple[str, int], int]:
-        try:
-            return OffsetCheckpointFile(path).read()
-        except (CorruptCheckpointError, OSError) as e:
-            # Kafka: warn and start from scratch (full recovery, segment base offsets).
-            log.warning("ignoring unreadable checkpoint %s: %s", path, e)
-            return {}
-
-    # ----------------------------------------------------------------- log creation/removal
-
-    def _open_new_logs(self, info: TopicInfo, partitions: Iterable[int]) -> None:
-        """Create the partition dirs, each with its ``partition.metadata``; the logs (their
-        first segment) are opened on first use (:meth:`get_log`)."""
-        dirs = dict(self._log_dir_of)
-        data = encode_partition_metadata(info.topic_id)
-        try:
-            counts = self._partition_counts(dirs)
-            for p in partitions:
-                d = self.future_logs.take_preferred_log_dir(
-                    info.name, p, counts
-                ) or self._next_log_dir(counts)
-                path = d / lfu.log_dir_name(info.name, p)
-                try:
-                    try:
-                        path.mkdir()
-                    except FileExistsError:  # leftovers of a topic whose registry entry was lost
-                        self._rename_for_delete(path, info.name, p)
-                        path.mkdir()
-                    _write_new_file(path / lfu.PARTITION_METADATA_FILENAME, data)
-                except OSError as e:
-                    self._discard_partial_dir(path, info.name, p)
-                    raise self._storage_error(e, path, "create log") from e
-                tp = (info.name, p)
-                dirs[tp] = d
-                self._unopened[tp] = _NEW_LOG
-        finally:
-            self._log_dir_of = dirs
-
-    def _roll_back(
-        self, topic: str, partitions: Iterable[int], topics: dict[str, TopicInfo]
-    ) -> None:
-        """Undo a create that failed part way: drop the logs it opened and write the registry
-        as it was. Each step is tried even when another fails (the failure that made the
-        create fail is the one the caller raises); what cannot be undone now is undone at the
-        next startup (a registered partition without a dir is created, a dir renamed
-        ``-delete`` is removed)."""
-        try:
-            self._drop_logs(topic, partitions)
-        except (KafkaStorageError, OSError) as e:
-            log.warning("rolling back topic %s: %s", topic, e)
-        try:
-            self._registry.save(topics)
-        except (KafkaStorageError, OSError) as e:
-            # Served as rolled back now; the next registry write (any topic change) persists it.
-            log.error("rolling back topic %s: the registry on disk still has it: %s", topic, e)
-            # Written by the background thread or at shutdown.
-            self._registry.set_unsaved(dict(topics))
-
-    def _drop_logs(self, topic: str, partitions: Iterable[int]) -> None:
-        """Close the logs and rename their dirs for background deletion."""
-        logs = dict(self._logs)
-        dirs = dict(self._log_dir_of)
-        error: KafkaStorageError | None = None
-        for p in partitions:
-            lg = logs.pop((topic, p), None)
-            d = dirs.pop((topic, p), None)
-            unopened = self._unopened.pop((topic, p), None)
-            self._unrecovered.discard((topic, p))
-            if d is None or (lg is None and unopened is None):
-                continue
-            self.future_logs.drop(topic, p)
-            if self.cleaner is not None:
-                self.cleaner.abort_cleaning((topic, p))
-            if lg is not None:
-                try:
-                    lg.close()
-                except OSError as e:
-                    log.warning("closing %s before deleting it: %s", lg.dir, e)
-            try:
-                self._rename_for_delete(d / lfu.log_dir_name(topic, p), topic, p)
-            except KafkaStorageError as e:
-                error = e
-        self._logs = logs
-        self._log_dir_of = dirs
-        if error is not None:
-            raise error
-
-    def _discard_partial_dir(self, path: Path, topic: str, partition: int) -> None:
-        """A partition dir whose log could not be created (EMFILE, ENOSPC half way): renamed
-        for background deletion so a restart does not adopt it. Needs no descriptor."""
-        target = path.with_name(_delete_dir_name(topic, partition))
-        try:
-            path.rename(target)
-        except FileNotFoundError:
-            return
-        except OSError as e:
-            log.warning("cannot discard the partly created %s: %s", path, e)
-            return
-        with self._lock:
-            self._to_delete.append(target)
-
-    def _rename_for_delete(self, path: Path, topic: str, partition: int) -> None:
-        target = path.with_name(_delete_dir_name(topic, partition))
-        try:
-            path.rename(target)
-            lfu.fsync_dir(path.parent)
-        except OSError as e:
-            raise self._storage_error(e, path, "rename for deletion") from e
-        with self._lock:
-            self._to_delete.append(target)
-
-    def _partition_counts(self, dirs: Mapping[tuple[str, int], Path]) -> dict[Path, int]:
-        """Partitions per online log dir, for :meth:`_next_log_dir` (counted once per create,
-        not once per partition).
-
-        Raises:
-            KafkaStorageError: every log dir is offline.
-        """
-        counts = {d: 0 for d in self._log_dirs if d not in self._offline_dirs}
-        if not counts:
-            raise KafkaStorageError("every log dir is offline")
-        if len(counts) > 1:
-            for d in dirs.values():
-                if d in counts:
-                    counts[d] += 1
-        return counts
-
-    @staticmethod
-    def _next_log_dir(counts: dict[Path, int]) -> Path:
-        """The online log dir with the fewest partitions (Kafka's choice), first on ties;
-        counts the new partition in ``counts``."""
-        d = min(counts, key=counts.__getitem__)
-        counts[d] += 1
-        return d
-
     # ----------------------------------------------------------------- helpers
-
-    def _topic_config(self, configs: Mapping[str, str]) -> LogConfig:
-        try:
-            config = self._default_config.with_overrides(configs)
-            self._check_topic_config(config)
-        except ConfigError as e:
-            raise InvalidConfig(str(e)) from None
-        return config
-
-    def _check_topic_config(self, config: LogConfig) -> None:
-        if config.remote_storage_enable and not self._remote_storage_enabled:
-            raise ConfigError(
-                "remote.storage.enable",
-                "cannot be true when the broker has remote.log.storage.system.enable=false",
-            )
 
     def _check_started(self) -> None:
         if not self._started:
             raise RuntimeError("LogManager is not started")
-
-    def _write_checkpoints(self, *, recovery: bool, start: bool) -> None:
-        """An unopened log keeps the offsets it was loaded with (none known: not written). A
-        future replica (:mod:`~tierlog.log.future_logs`) is written in its own dir."""
-        with self._checkpoint_lock:
-            logs = dict(self._logs)  # copies: get_log adds to them in place
-            unopened = dict(self._unopened)
-            dirs = self._log_dir_of
-            one_dir = len(self._log_dirs) == 1
-            for d in self._log_dirs:
-                if d in self._offline_dirs:
-                    continue
-                mine = {tp: lg for tp, lg in logs.items() if one_dir or dirs.get(tp) == d}
-                # Future replicas too (as Kafka's logsByDir): theirs is another dir.
-                mine.update((tp, f) for tp, f in self.future_logs.items() if f.dir.parent == d)
-                rest = {tp: u for tp, u in unopened.items() if one_dir or dirs.get(tp) == d}
-                try:
-                    if recovery:
-                        points = {tp: lg.recovery_point for tp, lg in mine.items()}
-                        points.update((tp, u[0]) for tp, u in rest.items())
-                        OffsetCheckpointFile(d / lfu.RECOVERY_POINT_CHECKPOINT_FILENAME).write(
-                            points
-                        )
-                    if start:
-                        starts = {tp: lg.log_start_offset for tp, lg in mine.items()}
-                        starts.update((tp, u[1]) for tp, u in rest.items() if u[1] is not None)
-                        OffsetCheckpointFile(d / lfu.LOG_START_OFFSET_CHECKPOINT_FILENAME).write(
-                            starts
-                        )
-                except OSError as e:
-                    self._storage_error(e, d, "write checkpoints in")
 
     def _storage_error(
         self, e: OSError, path: Path, action: str, *, partition_only: bool = False
@@ -1148,19 +564,3 @@ class LogManager:
                     self._offline_dirs.add(d)
                 break
         return KafkaStorageError(f"cannot {action} {path}: {e.strerror or e}")
-
-
-def _write_new_file(path: Path, data: bytes) -> None:
-    """Create ``path`` holding ``data``, without fsync (see :func:`~tierlog.log.log.
-    _load_topic_id`: a machine crash may leave it missing or torn, the registry restores it).
-
-    Raises:
-        OSError: it exists, or the write failed.
-    """
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
