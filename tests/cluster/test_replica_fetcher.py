@@ -1,9 +1,12 @@
 """ReplicaFetcher's answers to a leader's partition errors: how long the partition waits
-before it is fetched again (no I/O: a fetch response is fed to the fetcher)."""
+before it is fetched again (no I/O: a fetch response is fed to the fetcher); and the bytes it
+counts as received (``ReplicationBytesInPerSec``), appended to a real log."""
 
 from __future__ import annotations
 
+import asyncio
 import time
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -15,7 +18,11 @@ from tierlog.cluster.replica_fetcher import (
     LEADER_CATCH_UP_BACKOFF_MS,
     FetcherConfig,
     ReplicaFetcher,
+    ReplicaFetcherManager,
 )
+from tierlog.log.log_config import LogConfig
+from tierlog.log.log_manager import LogManager
+from tierlog.records.default_records import build_batch
 
 BACKOFF_MS = 1000
 
@@ -63,3 +70,53 @@ def test_a_new_state_clears_the_wait() -> None:
     assert f._ready_partitions() == []
     f.add(p)  # the metadata moved it (a new epoch): fetched at once
     assert f._ready_partitions() == [p]
+
+
+def test_the_bytes_received_are_counted_for_the_topic_a_partial_batch_included(
+    tmp_path: Path,
+) -> None:
+    """The manager's counter, set after its fetcher started (as the broker sets it), counts
+    every record byte of a partition answered without error; the log gets the whole
+    batches; an error answer counts nothing."""
+    lm = LogManager([tmp_path / "logs"], LogConfig())
+    lm.startup()
+    lm.create_topic("t", 1, {})
+    lg = lm.get_log("t", 0)
+    assert lg is not None
+    p = Partition("t", 0, lg, None, local_broker_id=1)
+    assert p.make_follower(2, 5, (1, 2), (1, 2), 0)
+    t0 = 1_700_000_000_000
+    whole = build_batch([(t0, b"k", b"a" * 200)] * 3, partition_leader_epoch=5)
+    cut = build_batch([(t0, b"k", b"b" * 200)] * 2, base_offset=3, partition_leader_epoch=5)
+    received = whole + cut[: len(cut) // 2]  # the leader's read stopped inside a batch
+    counted: list[tuple[str, int]] = []
+
+    async def run() -> None:
+        manager = ReplicaFetcherManager(
+            FetcherConfig(broker_id=1, backoff_ms=BACKOFF_MS), lambda _b: None, _no_client,
+            lambda _p: None,
+        )  # fmt: skip
+        manager.add(p)  # its fetcher starts (and backs off: no leader address)
+        try:
+            manager.on_replication_bytes_in = lambda topic, n: counted.append((topic, n))
+            (f,) = manager._fetchers.values()
+            answer = SimpleNamespace(
+                error_code=0, diverging_epoch=None, records=received, high_watermark=3,
+                log_start_offset=0,
+            )  # fmt: skip
+            f._process_partition(p, answer)
+            f._process_partition(p, SimpleNamespace(error_code=74, records=b""))
+        finally:
+            await manager.shutdown()
+
+    try:
+        asyncio.run(run())
+        assert counted == [("t", len(received))]
+        assert lg.log_end_offset == 3  # the whole batch only: the rest is fetched again
+        assert lg.size_in_bytes == len(whole) < len(received)
+    finally:
+        lm.shutdown()
+
+
+def _no_client() -> Any:
+    raise AssertionError("no connection in this test")

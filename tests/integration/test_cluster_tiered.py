@@ -3,10 +3,12 @@ ZooKeeper sharing one remote store (a local directory, and SeaweedFS), driven by
 
 What is shown: the replicated ``__remote_log_metadata``; only leaders upload, and every replica
 drops its tiered local segments; a replica whose disk is wiped rejoins the ISR from the
-leader's local log start, never fetching tiered data; after the leader is SIGKILLed the new
-leader serves the whole partition from offset 0, byte-identical, and keeps tiering from where
-the old one stopped; a deleted topic's remote data goes, on every broker, and so does a
-topic's once ``remote.storage.enable`` is turned off (KIP-950).
+leader's local log start, never fetching tiered data (the bytes it fetched, its
+``ReplicationBytesInPerSec`` for the topic, are at most the leader's local part and a
+segment), and so does a new replica of a reassigned partition; after the leader is SIGKILLed
+the new leader serves the whole partition from offset 0, byte-identical, and keeps tiering
+from where the old one stopped; a deleted topic's remote data goes, on every broker, and so
+does a topic's once ``remote.storage.enable`` is turned off (KIP-950).
 
 The cluster is shared by the tests of a store kind (each uses its own topics); a test that
 kills or wipes a broker starts it again and waits for the ISRs to heal before it ends.
@@ -27,6 +29,7 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from tests.broker_process import BrokerProcess
 from tests.integration.cluster_support import Cluster, wait_for
+from tests.integration.metrics_support import scrape, value
 from tests.integration.tiered_support import (
     SEGMENT_BYTES,
     TIERED_BROKER,
@@ -66,6 +69,7 @@ def env_fixture(
         *store.overrides(),
         "min.insync.replicas=2",
         "default.replication.factor=3",
+        metrics=True,  # the bytes a replica fetched: ReplicationBytesInPerSec
     )
     for b in c.brokers.values():
         # Fault hooks in the remote storage manager, acting only while their file exists.
@@ -166,6 +170,26 @@ def _local_bytes(c: Cluster, broker_id: int, topic: str) -> int:
     return sum(p.stat().st_size for p in d.glob("*.log")) if d.is_dir() else 0
 
 
+def _replication_bytes_in(c: Cluster, broker_id: int, topic: str) -> float:
+    """The record bytes broker ``broker_id``'s replica fetchers received for ``topic`` since
+    it started."""
+    samples = scrape(c.brokers[broker_id])
+    return value(
+        samples, "kafka_server_BrokerTopicMetrics_ReplicationBytesInPerSec_total", topic=topic
+    )
+
+
+def _assert_fetched_only_the_local_part(
+    fetched: float, held: int, leader_local: int, partition_bytes: int
+) -> None:
+    """A new or rebuilt replica ``fetched`` (record bytes received) at most the leader's
+    local part and a segment, and at least what it ``held`` (read before ``fetched``: it holds
+    only fetched bytes). The bound is well below the partition's size, so fetching the tiered
+    part would fail it."""
+    assert leader_local + SEGMENT_BYTES < partition_bytes // 2, (leader_local, partition_bytes)
+    assert 0 < held <= fetched <= leader_local + SEGMENT_BYTES, (fetched, held, leader_local)
+
+
 def _remote_segment_keys(store: RemoteStore, topic: str) -> list[str]:
     return [k for k in store.list_keys() if k.startswith(f"{topic}-") and k.endswith(".log")]
 
@@ -229,20 +253,21 @@ def test_wiped_follower_rejoins_from_the_leaders_local_start(
     follower = next(b for b in c.brokers if b != leader)
     c.brokers[follower].stop()
     shutil.rmtree(_partition_dir(c, follower, topic))
-    c.brokers[follower].start()
+    c.brokers[follower].start()  # a new process: its counters start at 0
     c.wait_healthy(topic, 1, 3)
     leader_local = _local_segments(c, leader, topic)
     rebuilt = _local_segments(c, follower, topic)
-    # Rebuilt from remote metadata: its log starts within the leader's local part, and it
-    # holds about what the leader holds locally, not the partition's 400 KB.
+    # Rebuilt from remote metadata: its log starts within the leader's local part ...
     assert rebuilt and rebuilt[0] >= leader_local[0] - SEGMENT_BYTES // RECORD, (
         rebuilt,
         leader_local,
     )
-    wait_for(
-        "the rebuilt replica's local part no larger than the leader's and a segment",
-        lambda: _local_bytes(c, follower, topic) <= _local_bytes(c, leader, topic) + SEGMENT_BYTES,
-        60,
+    # ... and, back in the ISR, it has fetched about what the leader holds locally, not the
+    # partition's 400 KB.
+    held = _local_bytes(c, follower, topic)
+    fetched = _replication_bytes_in(c, follower, topic)
+    _assert_fetched_only_the_local_part(
+        fetched, held, _local_bytes(c, leader, topic), len(values) * RECORD
     )
     log = c.brokers[follower].log_since_start()
     assert any(f"{topic}-0 rebuilt from remote segment" in line for line in log.splitlines()), log[
@@ -557,8 +582,8 @@ def test_reassignment_of_a_tiered_partition_moves_only_its_local_part(
     env: tuple[Cluster, RemoteStore],
 ) -> None:
     """A tiered partition on brokers 1 and 2 moves to 1 and 3: broker 3 rebuilds its log from
-    remote metadata and fetches only the leader's local part (at most the local size and one
-    segment), and the partition stays whole for readers."""
+    remote metadata and fetches only the leader's local part (the bytes it fetched, at most
+    the local size and one segment), and the partition stays whole for readers."""
     from kafka import KafkaAdminClient
     from kafka import TopicPartition as KTopicPartition
 
@@ -580,6 +605,7 @@ def test_reassignment_of_a_tiered_partition_moves_only_its_local_part(
     values = _values("v", 400)
     _produce(c.bootstrap, topic, values)
     _wait_tiered_everywhere(c, topic, 400, replicas=(1, 2))
+    fetched_before = _replication_bytes_in(c, 3, topic)
     kp = KafkaAdminClient(bootstrap_servers=c.bootstrap)
     try:
         kp.alter_partition_reassignments({KTopicPartition(topic, 0): [1, 3]})
@@ -595,12 +621,11 @@ def test_reassignment_of_a_tiered_partition_moves_only_its_local_part(
     leader = c.leader(topic, 0)
     # Never fetched below the leader's local part: its log starts far from 0 ...
     assert _local_segments(c, 3, topic)[0] > 0
-    # ... and, once its own local retention has run (a follower learns the highest remote
-    # offset from the metadata, then deletes), it holds what the leader holds locally.
-    wait_for(
-        "the new replica's local part no larger than the leader's and a segment",
-        lambda: _local_bytes(c, 3, topic) <= _local_bytes(c, leader, topic) + SEGMENT_BYTES,
-        60,
+    # ... and what it fetched is about what the leader holds locally.
+    held = _local_bytes(c, 3, topic)
+    fetched = _replication_bytes_in(c, 3, topic) - fetched_before
+    _assert_fetched_only_the_local_part(
+        fetched, held, _local_bytes(c, leader, topic), len(values) * RECORD
     )
     wait_for(
         "the leaving replica's copy deleted",

@@ -12,7 +12,9 @@ What comes back, per partition:
 * records: appended as they are (offsets, epochs and producer ids kept: the producer state is
   rebuilt here too, so a new leader answers an idempotent retry with the original offset);
   the follower's high watermark = min(the leader's, its own log end offset); its log start
-  offset follows the leader's;
+  offset follows the leader's. The bytes received are counted per topic
+  (:attr:`ReplicaFetcherManager.on_replication_bytes_in`: the broker's
+  ``ReplicationBytesInPerSec``);
 * ``diverging_epoch``: the follower's log has a suffix the leader does not; it truncates
   (Kafka's ``getOffsetTruncationState``, KIP-279) and fetches again, so no divergent suffix
   survives;
@@ -64,6 +66,7 @@ __all__ = [
     "FetcherConfig",
     "ReplicaFetcher",
     "ReplicaFetcherManager",
+    "ReplicationBytesIn",
     "TierStateMachine",
     "truncation_offset",
     "whole_batches",
@@ -82,6 +85,8 @@ _UNKNOWN_LEADER_EPOCH = 75
 _OFFSET_MOVED_TO_TIERED_STORAGE = 109
 _EARLIEST_LOCAL_TIMESTAMP = -4
 
+#: Counts the record bytes received for one partition of a topic: (topic, bytes).
+ReplicationBytesIn = Callable[[str, int], None]
 #: Rebuilds a follower's log from remote storage: (partition, the leader's local log start
 #: offset, the leader's log start offset); returns once the log is ready to fetch again.
 TierStateMachine = Callable[["Partition", int, int], Awaitable[None]]
@@ -155,8 +160,10 @@ class ReplicaFetcher:
         client_factory: Callable[[], BrokerClient],
         on_fetched: Callable[[Partition], None],
         tier_state_machine: TierStateMachine | None = None,
+        on_replication_bytes_in: ReplicationBytesIn | None = None,
     ) -> None:
         self.leader_id = leader_id
+        self._on_replication_bytes_in = on_replication_bytes_in
         self._tier_state_machine = tier_state_machine
         self._tier_tasks: set[asyncio.Task[None]] = set()
         self.fetcher_id = fetcher_id
@@ -335,7 +342,10 @@ class ReplicaFetcher:
                     log.error("follower %s: truncation to %d changed nothing", p, offset)
                     self._delay([p], self._config.backoff_ms / 1000)
                 return
-            records = whole_batches(pd.records)
+            received = pd.records
+            if received and self._on_replication_bytes_in is not None:
+                self._on_replication_bytes_in(p.topic, len(received))
+            records = whole_batches(received)
             if records:
                 lg.append(records, assign_offsets=False, origin_client=False)
             leader_hw = int(pd.high_watermark)
@@ -449,6 +459,8 @@ class ReplicaFetcherManager:
         self._on_fetched = on_fetched
         #: Set by the broker when tiered storage is on (before any partition is added).
         self.tier_state_machine: TierStateMachine | None = None
+        #: Set by the broker when it has metrics: counts the record bytes its fetchers receive.
+        self.on_replication_bytes_in: ReplicationBytesIn | None = None
         self._fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self._stopping: set[asyncio.Future[None]] = set()
         self._where: dict[tuple[str, int], tuple[int, int]] = {}
@@ -467,12 +479,17 @@ class ReplicaFetcherManager:
         if fetcher is None:
             fetcher = ReplicaFetcher(
                 key[0], key[1], self._config, self._address, self._client_factory,
-                self._on_fetched, self.tier_state_machine,
+                self._on_fetched, self.tier_state_machine, self._replication_bytes_in,
             )  # fmt: skip
             self._fetchers[key] = fetcher
             fetcher.start()
         fetcher.add(p)
         self._where[(p.topic, p.index)] = key
+
+    def _replication_bytes_in(self, topic: str, size: int) -> None:
+        count = self.on_replication_bytes_in
+        if count is not None:
+            count(topic, size)
 
     def remove(self, p: Partition) -> None:
         key = self._where.pop((p.topic, p.index), None)

@@ -260,6 +260,10 @@ class Broker:
         self.replica_manager = rm
         if self.metrics is not None:
             rm.topic_stats = self.metrics.topic_stats
+            if zk_broker is not None:
+                zk_broker.fetchers.on_replication_bytes_in = (
+                    self.metrics.topic_stats.replication_bytes_in
+                )
         if zk_broker is not None:
             await asyncio.to_thread(rm.load_high_watermarks)
         rate = c.replica_alter_log_dirs_io_max_bytes_per_second

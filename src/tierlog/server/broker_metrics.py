@@ -26,6 +26,8 @@ kafka_server_BrokerTopicMetrics_TotalProduceRequestsPerSec  counter  topic (abse
 kafka_server_BrokerTopicMetrics_FailedProduceRequestsPerSec counter  topic (absent: all)
 kafka_server_BrokerTopicMetrics_TotalFetchRequestsPerSec    counter  topic (absent: all)
 kafka_server_BrokerTopicMetrics_FailedFetchRequestsPerSec   counter  topic (absent: all)
+kafka_server_BrokerTopicMetrics_ReplicationBytesInPerSec    counter  topic (absent: all)
+kafka_server_BrokerTopicMetrics_ReplicationBytesOutPerSec   counter  topic (absent: all)
 kafka_network_RequestMetrics_RequestsPerSec            counter    request, version
 kafka_network_RequestMetrics_TotalTimeMs               histogram  request
 kafka_log_Log_Size                                     gauge      topic, partition
@@ -48,7 +50,14 @@ not have is not counted at all (a client cannot grow the series with made-up nam
 ``BytesInPerSec`` and ``MessagesInPerSec`` count what was appended to leader logs, the group
 coordinator's own writes to ``__consumer_offsets`` included, as Kafka's do (a producer's retry
 of a batch already written is not appended again, and not counted); ``BytesOutPerSec`` counts
-record bytes sent to consumers (not to follower replicas, as Kafka's). ``RequestsPerSec``
+record bytes sent to consumers (not to follower replicas, as Kafka's). Replication has its own
+pair, as Kafka's: ``ReplicationBytesOutPerSec`` counts the record bytes a leader sends in answer
+to replica fetches (``replica_id`` >= 0), ``ReplicationBytesInPerSec`` the record bytes a
+follower's fetcher receives from its leaders (Kafka's ``ReplicaFetcherThread``, data of
+partitions answered without error, a trailing partial batch included; what it appends is
+those bytes up to the last whole batch). Kafka keeps these two as all-topics meters only; here
+they also have per-topic series, like the others, so that the bytes one partition's new or
+rebuilt replica fetched can be read (the all-topics series is Kafka's). ``RequestsPerSec``
 and ``TotalTimeMs`` are measured where requests are dispatched (:mod:`tierlog.server.network`):
 from the request leaving the codec to its response being queued for the socket. Consumer lag
 is Burrow's and kafka-lag-exporter's ``kafka_consumergroup_lag``: the high watermark minus the
@@ -101,9 +110,17 @@ CONTROLLER_PREFIX = "kafka_controller_KafkaController_"
 LAG_PREFIX = "kafka_consumergroup_"
 
 # Slots of a topic's counter list (BrokerTopicStats): plain list indexing on the hot path.
-BYTES_IN, BYTES_OUT, MESSAGES_IN, TOTAL_PRODUCE, FAILED_PRODUCE, TOTAL_FETCH, FAILED_FETCH = range(
-    7
-)
+(
+    BYTES_IN,
+    BYTES_OUT,
+    MESSAGES_IN,
+    TOTAL_PRODUCE,
+    FAILED_PRODUCE,
+    TOTAL_FETCH,
+    FAILED_FETCH,
+    REPLICATION_BYTES_IN,
+    REPLICATION_BYTES_OUT,
+) = range(9)
 _TOPIC_METERS = (
     ("BytesInPerSec", "Bytes appended for clients."),
     ("BytesOutPerSec", "Record bytes sent to consumers."),
@@ -112,6 +129,8 @@ _TOPIC_METERS = (
     ("FailedProduceRequestsPerSec", "Produce requests answered with an error, per partition."),
     ("TotalFetchRequestsPerSec", "Fetch requests, counted per partition."),
     ("FailedFetchRequestsPerSec", "Fetch requests answered with an error, per partition."),
+    ("ReplicationBytesInPerSec", "Record bytes this broker's replica fetchers received."),
+    ("ReplicationBytesOutPerSec", "Record bytes sent to follower replicas."),
 )
 
 #: TotalTimeMs bucket bounds (ms); the last bucket is +Inf.
@@ -152,7 +171,8 @@ class BrokerTopicStats:
             c[MESSAGES_IN] += records
 
     def fetched(self, topic: str, size: int, error: bool, consumer: bool) -> None:
-        """One partition of a Fetch: ``size`` record bytes answered, or an error."""
+        """One partition of a Fetch: ``size`` record bytes answered to a consumer or, when
+        not ``consumer``, to a follower replica; or an error."""
         c = self.topics.get(topic)
         if c is None:
             c = self.topic(topic)
@@ -161,6 +181,16 @@ class BrokerTopicStats:
             c[FAILED_FETCH] += 1
         elif consumer:
             c[BYTES_OUT] += size
+        else:
+            c[REPLICATION_BYTES_OUT] += size
+
+    def replication_bytes_in(self, topic: str, size: int) -> None:
+        """One partition of a replica fetch's answer: ``size`` record bytes received from the
+        leader (Kafka's ``updateReplicationBytesIn``)."""
+        c = self.topics.get(topic)
+        if c is None:
+            c = self.topic(topic)
+        c[REPLICATION_BYTES_IN] += size
 
     def remove_topic(self, name: str) -> None:
         """Forget a deleted topic's series (Kafka's ``removeMetrics``); the all-topics
