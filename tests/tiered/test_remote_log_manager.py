@@ -160,6 +160,38 @@ def test_cold_segment_read_costs_exactly_two_remote_requests(world: World) -> No
         assert [e.type for e in world.rsm.events] == [EventType.FETCH_SEGMENT]
 
 
+def test_a_read_that_raced_its_segments_deletion_looks_the_offset_up_again(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A segment's objects can go while a read of it runs (retention, or a compacted topic's
+    remote swap superseding it): the read looks the offset up again, once; an object that is
+    really missing still fails the read."""
+    from tierlog.errors import RemoteResourceNotFoundError
+
+    world.fill_segments(4)
+    world.rlm.run_copy(world.tp)
+    world.clock.now = T0 + HOUR
+    world.log.delete_old_segments()
+    real = world.rlm._read_segment
+    calls: list[int] = []
+
+    def gone_once(md, fi):  # type: ignore[no-untyped-def]
+        calls.append(md.start_offset)
+        if len(calls) == 1:
+            raise RemoteResourceNotFoundError("deleted under the read")
+        return real(md, fi)
+
+    monkeypatch.setattr(world.rlm, "_read_segment", gone_once)
+    info = world.rlm.read(RemoteStorageFetchInfo(world.tp, 0, 10_000, True))
+    assert next(iter_headers(info.records)).base_offset == 0
+    assert calls[:2] == [0, 0]
+    monkeypatch.undo()
+    for path in remote_objects(world):  # really missing: every object of every segment
+        path.unlink()
+    with pytest.raises(RemoteResourceNotFoundError):
+        world.rlm.read(RemoteStorageFetchInfo(world.tp, 0, 10_000, True))
+
+
 def test_read_respects_max_bytes_and_min_one_message(world: World) -> None:
     world.fill_segments(3, value_size=100)
     world.rlm.run_copy(world.tp)

@@ -70,7 +70,11 @@ from tierlog.server.kafka_apis import BrokerEndpoint, KafkaApis
 from tierlog.server.kafka_config import KafkaConfig
 from tierlog.server.malloc_tuning import keep_fetch_buffers_on_heap
 from tierlog.server.network import SocketServer
-from tierlog.server.offset_store import OffsetStore, ensure_offsets_topic
+from tierlog.server.offset_store import (
+    TXN_STATE_APPEND_TIMEOUT_MS,
+    OffsetStore,
+    ensure_offsets_topic,
+)
 from tierlog.server.producer_id_manager import ProducerIdManager
 from tierlog.server.remote_log_metadata_publisher import (
     REMOTE_LOG_METADATA_TOPIC_NAME,
@@ -394,7 +398,7 @@ class Broker:
         sender = TxnMarkerSender(rm, apis.log_manager, c.node_id, zk_broker)
         self._txn_marker_sender = sender
         tc = TransactionCoordinator(
-            OffsetStore(rm, TRANSACTION_STATE_TOPIC_NAME),
+            OffsetStore(rm, TRANSACTION_STATE_TOPIC_NAME, TXN_STATE_APPEND_TIMEOUT_MS),
             sender,
             apis.producer_id_manager.generate_producer_id,
             transaction_topic_partition_count=c.transaction_state_log_num_partitions,

@@ -44,6 +44,12 @@ log = logging.getLogger(__name__)
 _REPLAY_CHUNK = 1 << 20
 #: How long a commit waits for the ISR (Kafka's offsets.commit.timeout.ms).
 _COMMIT_TIMEOUT_MS = 5000
+#: How long a transaction state write waits for the ISR: Kafka's TransactionStateManager waits
+#: the broker's request.timeout.ms (30 s by default), long enough for a dead or paused
+#: follower to leave the ISR (replica.lag.time.max.ms); a shorter wait failed PrepareCommit
+#: whenever a follower of ``__transaction_state`` had just stopped, and the transaction timed
+#: out and was aborted while the client retried.
+TXN_STATE_APPEND_TIMEOUT_MS = 30_000
 
 
 def offsets_topic_configs(segment_bytes: int) -> dict[str, str]:
@@ -114,10 +120,14 @@ class OffsetStore:
     its internal topic (``__consumer_offsets`` unless ``topic`` says otherwise)."""
 
     def __init__(
-        self, replica_manager: ReplicaManager, topic: str = GROUP_METADATA_TOPIC_NAME
+        self,
+        replica_manager: ReplicaManager,
+        topic: str = GROUP_METADATA_TOPIC_NAME,
+        append_timeout_ms: int = _COMMIT_TIMEOUT_MS,
     ) -> None:
         self._rm = replica_manager
         self._topic = topic
+        self._append_timeout_ms = append_timeout_ms
 
     def _log(self, partition: int):  # type: ignore[no-untyped-def]
         topic = self._topic
@@ -166,7 +176,7 @@ class OffsetStore:
             )
         else:
             r = rm.append_records(topic, partition, batch, internal=True, required_acks=-1)
-        r = await rm.wait_for_acks(topic, partition, r, _COMMIT_TIMEOUT_MS)
+        r = await rm.wait_for_acks(topic, partition, r, self._append_timeout_ms)
         if r.error_code == NotLeaderOrFollower.error_code:
             raise NotLeaderOrFollower(f"{topic}-{partition} moved")
         if r.error_code:

@@ -47,6 +47,7 @@ from tierlog.errors import (
     CorruptRemoteDataError,
     InvalidRecord,
     OffsetOutOfRange,
+    RemoteResourceNotFoundError,
     RemoteStorageError,
     RequestTimedOut,
     UnsupportedCompressionType,
@@ -327,7 +328,14 @@ class RemoteLogReads:
             lg = self._log_lookup(tp)
             if lg is None:
                 raise RemoteStorageError(f"no log for {tp} on this broker")
-            info = self._read(tp, lg, fetch_info)
+            try:
+                info = self._read(tp, lg, fetch_info)
+            except RemoteResourceNotFoundError:
+                # The read may have raced the deletion of its segment (retention, or a
+                # compacted topic's remote swap superseding it): the segment leaves the
+                # metadata before its objects go, so looking the offset up again finds what
+                # holds it now. An object that is really missing fails the same way again.
+                info = self._read(tp, lg, fetch_info)
         except OffsetOutOfRange:
             # Not a storage failure (Kafka's RemoteLogReader does not count it either): the
             # offset is past remote storage -- e.g. the read ahead after a clean read of the
