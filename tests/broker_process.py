@@ -12,9 +12,9 @@ is the broker's own "tierlog broker started ... listening on HOST:PORT" line, re
 log written since *this* start: "something accepts on the port" could be another process,
 or the previous broker still closing.
 
-``metrics=True`` gives the broker a ``metrics.port`` chosen free (Prometheus' server cannot
-take port 0: 0 turns it off); when the port was taken in between, the start is retried with
-another.
+``metrics=True`` gives the broker a ``metrics.port`` chosen free (:func:`listen_port`;
+Prometheus' server cannot take port 0: 0 turns it off); when the port was taken in between,
+the start is retried with another.
 """
 
 from __future__ import annotations
@@ -64,14 +64,6 @@ def listen_port() -> int:
                 continue
             return port
     raise RuntimeError(f"no free port in {low}-{high}")
-
-
-def free_port() -> int:
-    """A port free right now, for a part that cannot listen on port 0 and say which it got.
-    Another process may take it before it is bound: callers retry on "address in use"."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class BrokerProcess:

@@ -38,10 +38,9 @@ with warnings.catch_warnings():
     import kafka.record.memory_records  # noqa: F401
 
 from tests import broker_process
-from tests.broker_process import free_port
 from tests.integration.tiered_support import TIERED_BROKER, RemoteStore, make_store
 
-__all__ = ["BrokerProcess", "free_port", "running_broker"]
+__all__ = ["BrokerProcess", "running_broker"]
 
 
 class BrokerProcess(broker_process.BrokerProcess):
