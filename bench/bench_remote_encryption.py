@@ -7,6 +7,7 @@ against the same store without encryption, same run, same bytes, on a ``file://`
 * ranged reads of 1 MiB at random positions: reads/s (each: one object range, a tag check per
   chunk touched).
 
+The process takes the broker's malloc thresholds (``server/malloc_tuning.py``) first.
 A 256 MiB segment of incompressible batches (64 MiB with ``BENCH_QUICK``), 1 MiB chunks.
 
     .venv/bin/python bench/bench_remote_encryption.py
@@ -27,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.bench_tiered_copy import SIZE, TP, make_segment  # noqa: E402
 
+from tierlog.server.malloc_tuning import keep_fetch_buffers_on_heap  # noqa: E402
 from tierlog.tiered import RemoteLogSegmentId, RemoteLogSegmentMetadata  # noqa: E402
 from tierlog.tiered.storage import PyArrowRemoteStorageManager  # noqa: E402
 from tierlog.tiered.storage.object_encryption import MasterKey  # noqa: E402
@@ -75,6 +77,10 @@ def run(root: Path, seg: object, key: MasterKey | None) -> dict[str, float]:
 
 
 def main() -> int:
+    # The broker's own C heap thresholds (it sets them at startup): 1 MiB chunk buffers then
+    # come from the heap instead of fresh page-faulting mmaps, which would quadruple the cost
+    # of a decrypted ranged read here but not in the broker.
+    keep_fetch_buffers_on_heap()
     with tempfile.TemporaryDirectory(prefix="bench-encryption-") as d:
         work = Path(d)
         seg = make_segment(work / "segment")
