@@ -4,6 +4,7 @@ bytes; and every way a peer can break the protocol."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import io
 import struct
@@ -320,6 +321,92 @@ def test_any_split_gives_the_same_responses(cuts: list[int]) -> None:
             conn.receive_data(memoryview(data)[a:b])
         got += drain(conn)
     assert got == expected
+
+
+def feed_in_place(conn: ClientConnection, data: bytes, cuts: list[int] = []) -> list[Any]:  # noqa: B006
+    """Write ``data`` into ``conn.get_buffer()`` as a socket's ``recv_into`` would: as much as
+    each buffer takes, never past the next cut; the responses complete after each write."""
+    points = sorted({c % (len(data) + 1) for c in cuts} | {len(data)})
+    got: list[Any] = []
+    pos = 0
+    while pos < len(data):
+        stop = next(c for c in points if c > pos)
+        buf = conn.get_buffer()
+        assert len(buf) > 0
+        n = min(len(buf), stop - pos)
+        buf[:n] = data[pos : pos + n]
+        conn.buffer_updated(n)
+        pos += n
+        got += drain(conn)
+    return got
+
+
+@given(st.lists(st.integers(0, 10_000), max_size=8))
+def test_received_in_place_any_split_gives_the_same_responses(cuts: list[int]) -> None:
+    conn, data, expected = two_responses()
+    assert feed_in_place(conn, data, cuts) == expected
+    assert conn.next_response() is NEED_DATA
+
+
+def big_responses(topics: int) -> tuple[ClientConnection, list[bytes], list[tuple[int, Any]]]:
+    """A client with three Metadata requests pending and their responses' bytes: ``topics``
+    topics in the first and the third, one in the second."""
+    link = Link()
+    frames, expected = [], []
+    for n in (topics, 1, topics):
+        names = tuple(f"topic-{i:06d}" for i in range(n))
+        ev = link.request(metadata(12, names))
+        resp = metadata_response(12, "x")
+        resp = dataclasses.replace(resp, topics=resp.topics * n)
+        frames.append(link.answer(ev, resp))
+        expected.append((ev.correlation_id, resp))
+    return link.client, frames, expected
+
+
+def test_received_in_place_a_frame_larger_than_the_buffer_grows_it_once() -> None:
+    conn, frames, expected = big_responses(20_000)
+    assert len(frames[0]) > 4 * len(conn.get_buffer())  # larger than the first buffer
+    got = feed_in_place(conn, frames[0], cuts=list(range(0, len(frames[0]), 10_000)))
+    assert got == expected[:1]
+    grown = conn.get_buffer().obj
+    assert len(grown) >= len(frames[0])
+    # the next frames, small and large, land in the same buffer (no new one per frame)
+    assert feed_in_place(conn, frames[1] + frames[2], cuts=[100, 70_000]) == expected[1:]
+    assert conn.get_buffer().obj is grown
+
+
+def test_received_in_place_eof() -> None:
+    conn, data, expected = two_responses()
+    feed_in_place(conn, data[:-3])
+    conn.receive_data(b"")
+    with pytest.raises(RemoteProtocolError, match="inside a response frame"):
+        drain(conn)
+
+    conn, data, expected = two_responses()
+    assert feed_in_place(conn, data) == expected
+    conn.receive_data(b"")
+    assert isinstance(conn.next_response(), ConnectionClosed)
+
+
+def test_received_in_place_bad_frame_size_is_refused() -> None:
+    conn, _, _ = two_responses()
+    buf = conn.get_buffer()
+    buf[:4] = struct.pack(">i", 2**31 - 1)
+    conn.buffer_updated(4)
+    assert len(conn.get_buffer()) > 0  # no buffer the size of the bad frame
+    with pytest.raises(RemoteProtocolError, match="outside"):
+        conn.next_response()
+
+
+def test_one_way_of_receiving_per_connection() -> None:
+    conn, data, _ = two_responses()
+    conn.get_buffer()
+    with pytest.raises(ValueError, match="get_buffer"):
+        conn.receive_data(data)
+    conn, data, _ = two_responses()
+    conn.receive_data(data[:3])
+    with pytest.raises(ValueError, match="receive_data"):
+        conn.get_buffer()
 
 
 def test_bytes_needed_counts_down_to_the_end_of_the_frame() -> None:

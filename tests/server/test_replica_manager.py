@@ -152,6 +152,31 @@ def test_long_poll_wakes_on_append_and_times_out(rm):
     assert woke < 1.0 and size > 0
 
 
+def test_fetch_at_once_answers_from_its_first_read_or_waits_for_the_next_append(rm):
+    rm.append_records("t", 0, batch(3))
+    end = rm.get_partition("t", 0).log.log_end_offset
+
+    async def main() -> None:
+        got = rm.fetch_at_once(
+            [_req(0)], max_wait_ms=60_000, min_bytes=1, max_bytes=1 << 20, isolation_level=0
+        )
+        assert isinstance(got, list)  # the records are there: an answer, no task
+        assert len(got[0].records) > 0
+
+        waiting = rm.fetch_at_once(
+            [_req(end)], max_wait_ms=60_000, min_bytes=1, max_bytes=1 << 20, isolation_level=0
+        )
+        assert not isinstance(waiting, list)
+        # An append after the first read and before the waiting task ever ran (another
+        # connection's produce in the same turn of the loop): it must not be missed.
+        rm.append_records("t", 0, batch(2))
+        later = await asyncio.wait_for(waiting, 10)  # not the 60 s of max_wait_ms
+        offsets = [rec.offset for _, recs in iter_records(later[0].records) for rec in recs]
+        assert offsets == [end, end + 1]
+
+    asyncio.run(main())
+
+
 def test_min_bytes_keeps_waiting_until_enough(rm):
     async def main() -> float:
         async def feed() -> None:

@@ -83,7 +83,6 @@ log = logging.getLogger(__name__)
 _API_VERSIONS: Final = 18
 _SASL_HANDSHAKE_VERSION: Final = 1
 _SASL_AUTHENTICATE_VERSION: Final = 2
-_READ_SIZE: Final = 1 << 16
 
 
 def _kio_versions(api_key: int) -> frozenset[int]:
@@ -114,13 +113,13 @@ class BrokerClient:
         self._host = ""
         self._port = -1
         self._conn: ClientConnection | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._read_task: asyncio.Task[None] | None = None
+        self._protocol: _BrokerProtocol | None = None
         self._waiters: collections.deque[tuple[int, asyncio.Future[Any]]] = collections.deque()
         self._versions: Mapping[int, tuple[int, int]] = MappingProxyType({})
         #: When to log in again (KIP-368), monotonic seconds; None: the session does not expire.
         self._reauth_at: float | None = None
-        self._closed_writer: asyncio.StreamWriter | None = None
+        #: The connection _fail dropped, until close() waited for its TLS close_notify.
+        self._closed_protocol: _BrokerProtocol | None = None
 
     def __repr__(self) -> str:
         state = "connected" if self.connected else "disconnected"
@@ -134,7 +133,7 @@ class BrokerClient:
     @property
     def connected(self) -> bool:
         """Whether the connection is up (connected, ApiVersions answered, not failed)."""
-        return self._writer is not None and bool(self._versions)
+        return self._protocol is not None and bool(self._versions)
 
     @property
     def in_flight(self) -> int:
@@ -161,13 +160,21 @@ class BrokerClient:
         await self.close()
         self._host, self._port = host, port
         ctx = self.security.ssl_context
+        conn = ClientConnection(self.client_id, max_frame_size=self._max_frame_size)
+        loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(timeout_s):
                 if ctx is None:
-                    reader, writer = await asyncio.open_connection(host, port)
+                    _, protocol = await loop.create_connection(
+                        lambda: _BrokerProtocol(self, conn), host, port
+                    )
                 else:
-                    reader, writer = await asyncio.open_connection(
-                        host, port, ssl=ctx, server_hostname=host
+                    _, protocol = await loop.create_connection(
+                        lambda: _BrokerProtocol(self, conn),
+                        host,
+                        port,
+                        ssl=ctx,
+                        server_hostname=host,
                     )
         except ssl.SSLError as e:
             raise BrokerNotAvailableError(
@@ -179,14 +186,10 @@ class BrokerClient:
             ) from None
         except OSError as e:
             raise BrokerNotAvailableError(host, port, f"cannot connect: {e}") from e
-        sock = writer.get_extra_info("socket")
+        sock = protocol.transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn = ClientConnection(self.client_id, max_frame_size=self._max_frame_size)
-        self._conn, self._writer = conn, writer
-        self._read_task = asyncio.get_running_loop().create_task(
-            self._read_loop(conn, reader), name=f"broker-client-read-{host}:{port}"
-        )
+        self._conn, self._protocol = conn, protocol
         try:
             async with asyncio.timeout(timeout_s):
                 await self._api_versions(timeout_s)
@@ -280,17 +283,12 @@ class BrokerClient:
         """Close the connection; pending requests fail with BrokerNotAvailableError.
         Idempotent."""
         self._fail(BrokerNotAvailableError(self._host, self._port, "connection closed"))
-        task, self._read_task = self._read_task, None
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        writer, self._closed_writer = self._closed_writer, None
-        if writer is not None and self.security.ssl_context is not None:
+        protocol, self._closed_protocol = self._closed_protocol, None
+        if protocol is not None and self.security.ssl_context is not None:
             # a TLS transport closes after its close_notify: let it, within a bound
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(2):
-                    await writer.wait_closed()
+                    await asyncio.shield(protocol.closed)
 
     # ------------------------------------------------------------------ requests
 
@@ -353,8 +351,8 @@ class BrokerClient:
         return await self._send(request, api_version, timeout_s)
 
     async def _send(self, request: Any, api_version: int, timeout_s: float) -> Any:
-        conn, writer = self._conn, self._writer
-        if conn is None or writer is None:
+        conn, protocol = self._conn, self._protocol
+        if conn is None or protocol is None:
             raise BrokerNotAvailableError(self._host, self._port, "not connected")
         before = conn.in_flight
         data = conn.send(request, api_version)
@@ -364,8 +362,8 @@ class BrokerClient:
             self._waiters.append((conn.last_correlation_id, fut))
         try:
             async with asyncio.timeout(timeout_s):
-                writer.write(data)
-                await writer.drain()
+                protocol.transport.write(data)
+                await protocol.drain()
                 if fut is None:
                     return None
                 return await fut
@@ -390,27 +388,24 @@ class BrokerClient:
 
     # ------------------------------------------------------------------ receiving
 
-    async def _read_loop(self, conn: ClientConnection, reader: asyncio.StreamReader) -> None:
+    def _deliver(self, conn: ClientConnection) -> None:
+        """Hand every whole response received to its waiter (called by the protocol as
+        bytes arrive: no reader task between the socket and the waiters)."""
         try:
-            while True:
-                data = await reader.read(max(conn.bytes_needed, _READ_SIZE))
-                conn.receive_data(data)
-                while (got := conn.next_response()) is not NEED_DATA:
-                    if isinstance(got, ConnectionClosed):
-                        n = len(self._waiters)
-                        raise BrokerNotAvailableError(
-                            self._host,
-                            self._port,
-                            f"the broker closed the connection ({n} requests pending)",
-                        )
-                    assert isinstance(got, tuple)
-                    correlation_id, response = got
-                    expected, fut = self._waiters.popleft()
-                    assert expected == correlation_id
-                    if not fut.done():
-                        fut.set_result(response)
-        except asyncio.CancelledError:
-            raise
+            while (got := conn.next_response()) is not NEED_DATA:
+                if isinstance(got, ConnectionClosed):
+                    n = len(self._waiters)
+                    raise BrokerNotAvailableError(
+                        self._host,
+                        self._port,
+                        f"the broker closed the connection ({n} requests pending)",
+                    )
+                assert isinstance(got, tuple)
+                correlation_id, response = got
+                expected, fut = self._waiters.popleft()
+                assert expected == correlation_id
+                if not fut.done():
+                    fut.set_result(response)
         except BrokerNotAvailableError as e:
             self._fail(e)
         except (OSError, ProtocolError) as e:
@@ -421,18 +416,93 @@ class BrokerClient:
 
     def _fail(self, error: BrokerNotAvailableError) -> None:
         """Fail every pending request with ``error`` and drop the connection."""
-        writer, self._writer = self._writer, None
+        protocol, self._protocol = self._protocol, None
         self._conn = None
         self._versions = MappingProxyType({})
         self._reauth_at = None
-        if writer is not None:
+        if protocol is not None:
             log.debug("broker client %s: %s", self.address, error)
-            writer.close()
-            self._closed_writer = writer
+            protocol.transport.close()
+            protocol.fail_drain(error)
+            self._closed_protocol = protocol
         waiters, self._waiters = self._waiters, collections.deque()
         for _, fut in waiters:
             if not fut.done():
                 fut.set_exception(error)
-        task = self._read_task
-        if task is not None and task is not asyncio.current_task() and not task.done():
-            task.cancel()
+
+
+class _BrokerProtocol(asyncio.BufferedProtocol):
+    """The socket side of one :class:`BrokerClient` connection: the transport writes what it
+    receives straight into the codec's receive buffer (one copy from the kernel; a
+    ``StreamReader`` made four of every Fetch response: its buffer, ``read``'s slice, the
+    codec's join of the slices, kio's), and whole responses go to their waiters at once."""
+
+    def __init__(self, client: BrokerClient, conn: ClientConnection) -> None:
+        self._client = client
+        self._conn = conn
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]  # connection_made
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._paused = False
+        self._drain_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._conn.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self._conn.buffer_updated(nbytes)
+        if self._client._conn is self._conn:
+            self._client._deliver(self._conn)
+
+    def eof_received(self) -> bool:
+        if self._client._conn is self._conn:
+            self._conn.receive_data(b"")
+            self._client._deliver(self._conn)
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        client = self._client
+        error = BrokerNotAvailableError(
+            client._host,
+            client._port,
+            f"connection lost: {exc}" if exc is not None else "connection lost",
+        )
+        if client._protocol is self:
+            client._fail(error)
+        self.fail_drain(error)
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    # flow control (asyncio's StreamWriter.drain)
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        waiters, self._drain_waiters = self._drain_waiters, collections.deque()
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+    def fail_drain(self, error: BaseException) -> None:
+        waiters, self._drain_waiters = self._drain_waiters, collections.deque()
+        for fut in waiters:
+            if not fut.done():
+                fut.set_exception(error)
+
+    async def drain(self) -> None:
+        """Wait while the transport's write buffer is over its high-water mark."""
+        if self.transport.is_closing():
+            await asyncio.sleep(0)  # let connection_lost run, as StreamWriter.drain does
+            if self._client._protocol is not self:
+                raise BrokerNotAvailableError(
+                    self._client._host, self._client._port, "connection closed"
+                )
+        if not self._paused:
+            return
+        fut = asyncio.get_running_loop().create_future()
+        self._drain_waiters.append(fut)
+        await fut

@@ -22,6 +22,12 @@ What it owns:
   received chunks; a frame spread over chunks is joined once, when its last byte arrives.
   :attr:`bytes_needed` says how many bytes complete the frame being received, so a blocking
   reader can ask the socket for exactly those.
+* **Receiving in place.** Instead of :meth:`receive_data`, an asyncio ``BufferedProtocol``
+  may have the socket write straight into the connection's own receive buffer:
+  :meth:`get_buffer`, then :meth:`buffer_updated` with the number of bytes written. Frames
+  are parsed where they landed, so a response's bytes are copied once between the kernel
+  and kio's objects (a broker's Fetch responses: a megabyte each). The buffer grows to the
+  largest frame and is reused. One connection uses one way of receiving, not both.
 * **Request headers.** v1 for non-flexible request versions, v2 (plus empty tagged fields)
   for flexible ones, as kio's request class says; the client id is given once. Correlation
   ids count up from 0 and wrap at 2^31 - 1, as Kafka's clients do.
@@ -86,6 +92,12 @@ _I32: Final = struct.Struct(">i")
 _I16: Final = struct.Struct(">h")
 _HEADER: Final = struct.Struct(">ihhih")  # size, api key, version, correlation id, client id len
 _MAX_CORRELATION_ID: Final = 2**31 - 1
+#: The receive-in-place buffer's first size, the least room get_buffer() offers, and the
+#: largest buffer kept after its frame was parsed (Fetch responses of followers are at most
+#: replica.fetch.response.max.bytes, 10 MiB by default).
+_RECEIVE_BUFFER: Final = 1 << 16
+_RECEIVE_MIN: Final = 1 << 14
+_RECEIVE_KEEP: Final = 16 << 20
 _API_VERSIONS: Final = 18
 _UNSUPPORTED_VERSION: Final = 35
 
@@ -220,6 +232,9 @@ class ClientConnection:
         "_next_correlation_id",
         "_pending",
         "_pos",
+        "_rbuf",
+        "_rend",
+        "_rstart",
         "_tail",
         "_tail_len",
     )
@@ -239,6 +254,10 @@ class ClientConnection:
         self._pos = 0
         self._tail: deque[bytes] = deque()
         self._tail_len = 0
+        # receive-in-place buffer (get_buffer): unread bytes are _rbuf[_rstart:_rend]
+        self._rbuf: bytearray | None = None
+        self._rstart = 0
+        self._rend = 0
         self._eof = False
         self._error: str | None = None
 
@@ -348,6 +367,8 @@ class ClientConnection:
             return
         if self._eof:
             raise ValueError("receive_data() after EOF")
+        if self._rbuf is not None:
+            raise ValueError("receive_data() on a connection that receives with get_buffer()")
         if type(data) is not bytes:
             data = bytes(data)  # kio reads only immutable buffers
         if self._pos >= len(self._head) and not self._tail:
@@ -356,6 +377,43 @@ class ClientConnection:
         else:
             self._tail.append(data)
             self._tail_len += len(data)
+
+    def get_buffer(self) -> memoryview:
+        """Where the next bytes from the peer go (asyncio's ``BufferedProtocol.get_buffer``);
+        say how many were written with :meth:`buffer_updated`. Never empty: room for the
+        rest of the frame being received at least.
+
+        Raises:
+            ValueError: after :meth:`receive_data` gave bytes, or after EOF.
+        """
+        buf = self._rbuf
+        if buf is None:
+            if self._eof or self.buffered_bytes:
+                raise ValueError("get_buffer() on a connection that receives with receive_data()")
+            buf = self._rbuf = bytearray(_RECEIVE_BUFFER)
+        start, end = self._rstart, self._rend
+        have = end - start
+        need = _RECEIVE_MIN
+        if have >= 4:
+            size = _I32.unpack_from(buf, start)[0]
+            if 4 <= size <= self._max_frame_size:  # else next_response() refuses it
+                need = max(need, 4 + size - have)
+        if len(buf) - end < need:
+            if have + need > len(buf):
+                # The frame being received is larger than the buffer: a new one its size (a
+                # bytearray() zeroes what it allocates, so it is made once, kept and reused).
+                grown = bytearray(max(have + need, 2 * len(buf)))
+                grown[:have] = buf[start:end]
+                self._rbuf = buf = grown
+            else:
+                buf[:have] = buf[start:end]  # the unread start of a frame, to the front
+            self._rstart, self._rend = 0, have
+            end = have
+        return memoryview(buf)[end:]
+
+    def buffer_updated(self, n: int) -> None:
+        """``n`` bytes were written at the start of the last :meth:`get_buffer`."""
+        self._rend += n
 
     def _gather(self, n: int) -> None:
         """Make ``_head[_pos:]`` hold at least ``n`` bytes, joining as few chunks as possible
@@ -389,6 +447,8 @@ class ClientConnection:
             raise
 
     def _next_response(self) -> tuple[int, Any] | type[NEED_DATA] | ConnectionClosed:
+        if self._rbuf is not None:
+            return self._next_response_in_place(self._rbuf)
         avail = self.buffered_bytes
         if avail >= 4:
             if len(self._head) - self._pos < 4:
@@ -404,6 +464,38 @@ class ClientConnection:
                 buf, start = self._head, self._pos + 4
                 self._pos = start + size
                 return self._parse(buf, start, start + size)
+        if not self._eof:
+            return NEED_DATA
+        if avail:
+            raise RemoteProtocolError(
+                f"peer closed the connection inside a response frame ({avail} bytes "
+                f"buffered, {len(self._pending)} requests pending)"
+            )
+        return ConnectionClosed()
+
+    def _next_response_in_place(
+        self, buf: bytearray
+    ) -> tuple[int, Any] | type[NEED_DATA] | ConnectionClosed:
+        """:meth:`_next_response` for bytes received with :meth:`get_buffer`: the frame is
+        parsed where it is (kio copies out what it keeps)."""
+        start = self._rstart
+        avail = self._rend - start
+        if avail >= 4:
+            size = _I32.unpack_from(buf, start)[0]
+            if size < 4 or size > self._max_frame_size:
+                raise RemoteProtocolError(
+                    f"response frame size {size} is outside [4, {self._max_frame_size}]"
+                )
+            if avail >= 4 + size:
+                end = start + 4 + size
+                if end == self._rend:
+                    self._rstart = self._rend = 0
+                else:
+                    self._rstart = end
+                if len(buf) > _RECEIVE_KEEP and self._rstart == 0:
+                    self._rbuf = bytearray(_RECEIVE_BUFFER)  # a one-off huge frame
+                with memoryview(buf) as view, view.toreadonly() as frame:
+                    return self._parse(frame, start + 4, end)  # type: ignore[arg-type]
         if not self._eof:
             return NEED_DATA
         if avail:

@@ -150,6 +150,10 @@ class FetchPartitionRequest:
     last_fetched_epoch: int = -1
 
 
+#: What :meth:`ReplicaManager.fetch_once` returns.
+_FetchRead = tuple[list[FetchPartitionResult], int, bool, list[Partition]]
+
+
 class ReplicaManager:
     """Produce and fetch over the hosted partitions; leadership changes (cluster mode)."""
 
@@ -840,6 +844,40 @@ class ReplicaManager:
             results.append(res)
         return results, total, error, partitions
 
+    def fetch_at_once(
+        self,
+        requests: list[FetchPartitionRequest],
+        *,
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+        isolation_level: int,
+        replica_id: int = -1,
+    ) -> list[FetchPartitionResult] | Awaitable[list[FetchPartitionResult]]:
+        """:meth:`fetch` without a task when the first read answers it (Kafka's
+        fetchMessages answers at once without the purgatory): the results, else an
+        awaitable of them that goes on from this first read (waits for appends, reads
+        remote data). A follower that is behind always gets its answer here: no task, no
+        trip through the event loop between its request and the response."""
+        first = self.fetch_once(
+            requests, max_bytes=max_bytes, isolation_level=isolation_level, replica_id=replica_id
+        )
+        results, total, error, _parts = first
+        if not any(r.remote is not None for r in results) and (
+            max_wait_ms <= 0 or total >= max(min_bytes, 1) or error or not requests
+        ):
+            self._count_fetched(requests, results, replica_id)
+            return results
+        return self.fetch(
+            requests,
+            max_wait_ms=max_wait_ms,
+            min_bytes=min_bytes,
+            max_bytes=max_bytes,
+            isolation_level=isolation_level,
+            replica_id=replica_id,
+            first=first,
+        )
+
     async def fetch(
         self,
         requests: list[FetchPartitionRequest],
@@ -849,9 +887,11 @@ class ReplicaManager:
         max_bytes: int,
         isolation_level: int,
         replica_id: int = -1,
+        first: _FetchRead | None = None,
     ) -> list[FetchPartitionResult]:
         """:meth:`_fetch`, counted in BrokerTopicMetrics (once per partition, as Kafka; unknown
-        topics are not counted, so a client cannot grow the series with made-up names)."""
+        topics are not counted, so a client cannot grow the series with made-up names).
+        ``first``: the first read, already made (:meth:`fetch_at_once`)."""
         results = await self._fetch(
             requests,
             max_wait_ms=max_wait_ms,
@@ -859,14 +899,23 @@ class ReplicaManager:
             max_bytes=max_bytes,
             isolation_level=isolation_level,
             replica_id=replica_id,
+            first=first,
         )
+        self._count_fetched(requests, results, replica_id)
+        return results
+
+    def _count_fetched(
+        self,
+        requests: list[FetchPartitionRequest],
+        results: list[FetchPartitionResult],
+        replica_id: int,
+    ) -> None:
         stats = self.topic_stats
         if stats is not None:
             unknown = UnknownTopicOrPartition.error_code
             for r, res in zip(requests, results, strict=False):
                 if r.topic is not None and res.error_code != unknown:
                     stats.fetched(r.topic, res.size, bool(res.error_code), replica_id < 0)
-        return results
 
     async def _fetch(
         self,
@@ -877,10 +926,16 @@ class ReplicaManager:
         max_bytes: int,
         isolation_level: int,
         replica_id: int = -1,
+        first: _FetchRead | None = None,
     ) -> list[FetchPartitionResult]:
         """Kafka's fetchMessages: answer at once when ``min_bytes`` are there (or on an
         error, or after remote reads), else wait for appends to the requested partitions up
         to ``max_wait_ms``."""
+        if first is not None and any(r.remote is not None for r in first[0]):
+            return await self._answer_remote(first[0], max_wait_ms)
+        # Read (again, after fetch_at_once's first read): the read and the parking on the
+        # partitions below must be one step of this task, or an append in between (another
+        # connection's produce, before this task first ran) would wake nobody.
         results, total, error, parts = self.fetch_once(
             requests, max_bytes=max_bytes, isolation_level=isolation_level, replica_id=replica_id
         )

@@ -117,7 +117,7 @@ def handle_fetch(apis: KafkaApis, ev: Request) -> Any:
     user, client_id = apis.principal.name, ev.client_id  # read before the first await
     if replica_id < 0:
         max_bytes = quotas.fetch_max_bytes(user, client_id, max_bytes)
-    coro = apis.replica_manager.fetch(
+    got = apis.replica_manager.fetch_at_once(
         flat,
         max_wait_ms=_max_wait_ms(req),
         min_bytes=req.min_bytes,
@@ -126,8 +126,7 @@ def handle_fetch(apis: KafkaApis, ev: Request) -> Any:
         replica_id=replica_id,
     )
 
-    async def respond() -> Any:
-        results = await coro
+    def answer(results: list[FetchPartitionResult]) -> Any:
         if replica_id < 0 and quotas.fetch.active:
             # consumer_byte_rate: a throttled fetch is answered empty and not charged (the
             # client fetches the bytes again after the throttle time), as Kafka.
@@ -138,6 +137,12 @@ def handle_fetch(apis: KafkaApis, ev: Request) -> Any:
                     {"throttle_time": throttle, "error_code": 0, "session_id": 0, "responses": []},
                 )
         return _response(apis, cls, plan, flat, results, by_id, isolation)
+
+    if isinstance(got, list):  # answered by the first read: no task
+        return answer(got)
+
+    async def respond() -> Any:
+        return answer(await got)
 
     return respond()
 
