@@ -19,7 +19,9 @@ Prints ``name: value unit (ratio vs baseline)`` per backend:
 
 ``BENCH_QUICK=1``: 200,000 records of 100 bytes instead of 1,000,000. ``BENCH_PREFETCH_BYTES=0``:
 the broker's ``remote.log.reader.prefetch.max.bytes`` (default: the broker's, parallel block
-reads ahead on; 0: one ranged read per fetch, as before the read-ahead).
+reads ahead on; 0: one ranged read per fetch, as before the read-ahead). ``BENCH_BACKENDS=s3``
+(or ``file``): only those backends (default: both). ``BENCH_ROUNDS``: rounds (even; default 2
+quick, 4).
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ QUICK = bool(os.environ.get("BENCH_QUICK"))
 N = 200_000 if QUICK else 1_000_000
 RECORD_SIZE = 100
 SEGMENT_BYTES = 8 << 20
-ROUNDS = 2 if QUICK else 4  # even: each topic first as often
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", 2 if QUICK else 4))  # even: each topic first as often
+BACKENDS = os.environ.get("BENCH_BACKENDS", "file,s3").split(",")
 
 PRODUCER_CONF = {
     "acks": "all",
@@ -335,7 +338,9 @@ def main() -> None:
     sw = start_weed(root / "seaweedfs")
     counter = RequestCounter(sw.port)
     try:
-        run("file", root / "file", [f"rsm.config.uri={(root / 'remote').as_uri()}"], None)
+        if "file" in BACKENDS:
+            file = [f"rsm.config.uri={(root / 'remote').as_uri()}"]
+            run("file", root / "file", file, None)
         s3 = [
             f"rsm.config.uri=s3://{BUCKET}/bench",
             f"rsm.config.s3.endpoint={sw.endpoint}",
@@ -343,7 +348,8 @@ def main() -> None:
             f"rsm.config.s3.access.key={ACCESS_KEY}",
             f"rsm.config.s3.secret.key={SECRET_KEY}",
         ]
-        run("s3", root / "s3", s3, counter)
+        if "s3" in BACKENDS:
+            run("s3", root / "s3", s3, counter)
     finally:
         counter.close()
         stop_seaweedfs(sw)
