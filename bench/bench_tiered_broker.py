@@ -10,7 +10,8 @@ Prints ``name: value unit (ratio vs baseline)`` per backend:
   fetch of each topic's last record), which topic goes first alternating, ratios as median
   (min, max) of the rounds;
 * remote requests per cold segment read during that consume (S3: counted by a TCP proxy in
-  front of the server; goal 2: one indexes GET + one ranged data GET per segment and fetch);
+  front of the server; goal 2: one indexes GET + one ranged data GET per segment and fetch;
+  the read-ahead's ranged GETs are 4 MiB runs);
 * the same partitions read by a minimal wire client (sequential 1 MiB Fetch v12 over one
   connection, no record decoding): what the broker serves without a consumer's CPU (on a
   2-core machine the consumer, the broker and the S3 server compete for the cores);
@@ -316,7 +317,7 @@ def run(backend: str, workdir: Path, overrides: list[str], counter: RequestCount
     report(f"{backend} cold consume: indexes GETs per remote segment", index_gets / n_segments,
            "requests", goal="1")  # fmt: skip
     report(f"{backend} cold consume: data GETs per MiB consumed", data_gets / mib, "requests",
-           goal="~1 (+ short reads at segment ends)")  # fmt: skip
+           goal="~0.25: 4 MiB reads (+ the cold read and short reads at segment ends)")  # fmt: skip
     report(f"{backend} cold consume: HEAD requests", heads, "requests", goal="0")
     # One Fetch of one cold segment (fresh broker, no index cache): the exact count. The last
     # record: its segment ends there and the read ahead of the next offset (local) needs no
