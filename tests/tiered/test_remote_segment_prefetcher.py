@@ -11,7 +11,10 @@ from tierlog.errors import RemoteStorageError
 from tierlog.records.record_batch import iter_headers
 from tierlog.tiered.remote_log_reader import RemoteStorageFetchInfo
 from tierlog.tiered.remote_segment_prefetcher import RemoteSegmentPrefetcher
-from tierlog.tiered.storage.recording_remote_storage_manager import EventType
+from tierlog.tiered.storage.recording_remote_storage_manager import (
+    EventType,
+    RemoteStorageEvent,
+)
 
 from .tiered_harness import HOUR, T0, World, config
 
@@ -65,14 +68,15 @@ def test_blocks_after_a_read_are_read_ahead_and_serve_the_next_read(world: World
     world.rsm.clear()
     info = world.rlm.read(RemoteStorageFetchInfo(world.tp, md.start_offset, 100, True))
     # the segment's first read: one ranged read of exactly its range (a cold read costs one
-    # data read), and block reads ahead from the block holding its end, in parallel
+    # data read), and block reads ahead from the aligned run holding its end, in parallel
     wait_for(lambda: len(world.rsm.events_of(EventType.FETCH_SEGMENT)) >= 2, "a block ahead")
     reads = world.rsm.events_of(EventType.FETCH_SEGMENT)
     own = next(e for e in reads if e.start_position == 0)
     ahead = sorted((e for e in reads if e is not own), key=lambda e: e.start_position)
     assert own.end_position is not None
-    assert ahead[0].start_position == (own.end_position + 1) // BLOCK * BLOCK
-    assert all(e.start_position % BLOCK == 0 for e in ahead)
+    run = p.blocks_per_read * BLOCK
+    assert ahead[0].start_position == (own.end_position + 1) // run * run
+    assert all(e.start_position % run == 0 for e in ahead)
     wait_for(lambda: all(f.done() for st in p._streams.values() for f in st.blocks.values()),
              "the reads ahead")  # fmt: skip
     hits = p.blocks_hit
@@ -85,6 +89,36 @@ def test_blocks_after_a_read_are_read_ahead_and_serve_the_next_read(world: World
     blocks = [e.start_position for e in world.rsm.events_of(EventType.FETCH_SEGMENT)
               if e is not own]  # fmt: skip
     assert len(blocks) == len(set(blocks))
+
+
+def test_blocks_are_read_in_whole_aligned_runs_one_ranged_read_each(world: World) -> None:
+    p = use_prefetcher(world, max_depth=2, blocks_per_read=4)
+    mds = world.rlmm.list_remote_log_segments(world.tp)
+    world.rsm.clear()
+    end = mds[1].start_offset
+    offset = 0
+    while offset < end:
+        info = world.rlm.read(RemoteStorageFetchInfo(world.tp, offset, 1500, True))
+        offset = list(iter_headers(info.records))[-1].next_offset
+    p.close()
+    first = mds[0].remote_log_segment_id
+    reads = [e for e in world.rsm.events_of(EventType.FETCH_SEGMENT) if e.segment_id == first]
+    run = 4 * BLOCK
+    size = mds[0].segment_size_in_bytes
+
+    def whole_run(e: RemoteStorageEvent) -> bool:
+        assert e.end_position is not None
+        return e.start_position % run == 0 and e.end_position + 1 == min(
+            e.start_position + run, size
+        )
+
+    runs = [e for e in reads if whole_run(e)]
+    # besides them only the segment's first (cold) read, of its own range
+    assert [e.start_position for e in reads if not whole_run(e)] == [0]
+    assert len({e.start_position for e in runs}) == len(runs)  # none read twice
+    # every block of the segment read once, by fewer requests than blocks
+    assert sum(e.end_position + 1 - e.start_position for e in runs) == size  # type: ignore[operator]
+    assert p.reads < p.blocks_read
 
 
 def test_read_ahead_reaches_into_the_next_segment(world: World) -> None:
@@ -151,7 +185,13 @@ def test_a_store_faster_than_direct_below_is_read_range_by_range(world: World) -
 
 @pytest.mark.parametrize(
     "kw",
-    [{"block_size": 0}, {"max_depth": 0}, {"threads": 0}, {"block_size": 4096, "max_bytes": 1024}],
+    [
+        {"block_size": 0},
+        {"blocks_per_read": 0},
+        {"max_depth": 0},
+        {"threads": 0},
+        {"block_size": 4096, "max_bytes": 1024},
+    ],
 )
 def test_bad_settings_are_refused(world: World, kw: dict[str, int]) -> None:
     with pytest.raises(ValueError, match="prefetch block size"):
