@@ -135,7 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=100_000 if quick else 1_000_000)
     ap.add_argument("--connections", type=int, default=40 if quick else 200)
-    ap.add_argument("--rounds", type=int, default=1 if quick else 3, help="produce and consume rounds")
+    ap.add_argument(
+        "--rounds", type=int, default=1 if quick else 3, help="produce and consume rounds"
+    )
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-security-") as d:
         work = Path(d)
