@@ -15,7 +15,8 @@ from tierlog.log.log_config import LogConfig
 from tierlog.log.log_manager import LogManager
 from tierlog.records.default_records import build_batch
 from tierlog.server.broker_metrics import BrokerMetrics
-from tierlog.server.replica_manager import FetchPartitionRequest, ReplicaManager
+from tierlog.server.fetch_path import FetchPartitionRequest
+from tierlog.server.replica_manager import ReplicaManager
 
 BTM = "kafka_server_BrokerTopicMetrics_"
 

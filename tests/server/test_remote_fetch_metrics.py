@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tierlog.server.fetch_path import FetchPartitionRequest
 from tierlog.server.remote_read_ahead import next_fetch_offset
-from tierlog.server.replica_manager import FetchPartitionRequest
 
 from .tiered_parts import TOPIC, TieredPartition, tiered_partition
 

@@ -18,12 +18,9 @@ import pytest
 
 from tierlog.errors import RemoteStorageError
 from tierlog.records.record_batch import iter_headers
+from tierlog.server.fetch_path import FetchPartitionRequest, FetchPartitionResult
 from tierlog.server.remote_read_ahead import next_fetch_offset
-from tierlog.server.replica_manager import (
-    FetchPartitionRequest,
-    FetchPartitionResult,
-    ReplicaManager,
-)
+from tierlog.server.replica_manager import ReplicaManager
 from tierlog.tiered.remote_log_manager import RemoteLogManagerConfig, RemoteStorageFetchInfo
 from tierlog.tiered.storage import PyArrowRemoteStorageManager
 

@@ -10,14 +10,12 @@ import pytest
 
 from tierlog.log.log_config import LogConfig
 from tierlog.log.log_manager import LogManager
+from tierlog.log.topic_names import GROUP_METADATA_TOPIC_NAME
 from tierlog.records.default_records import build_batch, decode_records, iter_records
 from tierlog.records.record_batch import CONTROL_FLAG_MASK
+from tierlog.server.fetch_path import FetchPartitionRequest
 from tierlog.server.offset_store import OffsetStore, ensure_offsets_topic
-from tierlog.server.replica_manager import (
-    GROUP_METADATA_TOPIC_NAME,
-    FetchPartitionRequest,
-    ReplicaManager,
-)
+from tierlog.server.replica_manager import ReplicaManager
 
 
 @pytest.fixture

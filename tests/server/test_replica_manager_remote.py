@@ -22,7 +22,8 @@ from tierlog.log.log_config import LogConfig
 from tierlog.log.log_manager import LogManager
 from tierlog.log.log_segment import FetchDataInfo
 from tierlog.records.default_records import build_batch
-from tierlog.server.replica_manager import FetchPartitionRequest, ReplicaManager
+from tierlog.server.fetch_path import FetchPartitionRequest
+from tierlog.server.replica_manager import ReplicaManager
 
 REMOTE_BELOW = 5  # offsets below this are "in remote storage"
 

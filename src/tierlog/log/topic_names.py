@@ -4,6 +4,9 @@ A topic name is 1..249 characters of ``[a-zA-Z0-9._-]``, and neither "." nor "..
 be a directory name (``<topic>-<partition>``) that never contains a path separator or reaches
 outside its log dir. '.' and '_' collide (Kafka's metric names replace one by the other), so
 two topics whose names differ only there cannot both exist.
+
+The internal topics clients may read but never produce to are named here too, as Kafka's
+``Topic.GROUP_METADATA_TOPIC_NAME`` and ``Topic.isInternal``.
 """
 
 from __future__ import annotations
@@ -12,7 +15,19 @@ import re
 
 from tierlog.errors import InvalidTopic
 
-__all__ = ["MAX_TOPIC_NAME_LENGTH", "unify_collision_chars", "validate_topic_name"]
+__all__ = [
+    "GROUP_METADATA_TOPIC_NAME",
+    "INTERNAL_TOPICS",
+    "MAX_TOPIC_NAME_LENGTH",
+    "unify_collision_chars",
+    "validate_topic_name",
+]
+
+#: Internal topics that clients may read but never produce to.
+GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
+INTERNAL_TOPICS = frozenset(
+    {GROUP_METADATA_TOPIC_NAME, "__remote_log_metadata", "__transaction_state"}
+)
 
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")

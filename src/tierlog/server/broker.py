@@ -46,6 +46,7 @@ from tierlog.log.file_handle_cache import file_handle_cache
 from tierlog.log.log_config import LONG_MAX
 from tierlog.log.log_manager import LogManager
 from tierlog.log.meta_properties import new_cluster_id, stored_cluster_id
+from tierlog.log.topic_names import GROUP_METADATA_TOPIC_NAME
 from tierlog.protocol.api_versions import preload_schemas
 from tierlog.quotas.file_quota_store import FILE_NAME as QUOTA_FILE_NAME
 from tierlog.quotas.file_quota_store import FileQuotaStore
@@ -81,7 +82,7 @@ from tierlog.server.remote_log_metadata_publisher import (
     remote_log_metadata_topic_configs,
 )
 from tierlog.server.replica_alter_log_dirs import ReplicaAlterLogDirsManager
-from tierlog.server.replica_manager import GROUP_METADATA_TOPIC_NAME, ReplicaManager
+from tierlog.server.replica_manager import ReplicaManager
 from tierlog.server.tiered_storage import TieredStorage, open_remote_storage
 from tierlog.server.txn_marker_sender import TxnMarkerSender
 from tierlog.server.txn_state_topic import coordinator_follows, load_local_transaction_state

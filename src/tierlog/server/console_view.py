@@ -44,15 +44,12 @@ from tierlog.console.broker_view import (
     TopicSummary,
 )
 from tierlog.errors import ApiError, KafkaStorageError, TierlogError, for_code
+from tierlog.log.topic_names import INTERNAL_TOPICS
 from tierlog.security.authorizer import AclOperation, ResourceType
 from tierlog.security.principal import ANONYMOUS
+from tierlog.server.fetch_path import READ_UNCOMMITTED, FetchPartitionRequest
 from tierlog.server.handlers.list_offsets import lookup_offset, lookup_offset_tiered
-from tierlog.server.replica_manager import (
-    INTERNAL_TOPICS,
-    READ_UNCOMMITTED,
-    FetchPartitionRequest,
-    ReplicaManager,
-)
+from tierlog.server.replica_manager import ReplicaManager
 from tierlog.tiered.remote_log_segment_metadata import TopicIdPartition, kafka_uuid_str
 from tierlog.tiered.remote_log_segment_state import RemoteLogSegmentState
 

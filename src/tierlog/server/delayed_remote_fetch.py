@@ -50,7 +50,7 @@ from tierlog.tiered.log_limiter import LogLimiter
 
 if TYPE_CHECKING:
     from tierlog.cluster.partition import Partition
-    from tierlog.server.replica_manager import FetchPartitionResult
+    from tierlog.server.fetch_path import FetchPartitionResult
     from tierlog.tiered.remote_log_manager import RemoteLogManager
     from tierlog.tiered.remote_log_reader import RemoteStorageFetchInfo
     from tierlog.tiered.remote_log_segment_metadata import TopicIdPartition

@@ -29,10 +29,10 @@ from tierlog.errors import (
     NotLeaderOrFollower,
     for_code,
 )
+from tierlog.log.topic_names import GROUP_METADATA_TOPIC_NAME
 from tierlog.records import Record
 from tierlog.records.default_records import build_batch, control_record_type, iter_records
 from tierlog.records.record_batch import RecordBatchHeader
-from tierlog.server.replica_manager import GROUP_METADATA_TOPIC_NAME
 
 if TYPE_CHECKING:
     from tierlog.log.log_manager import LogManager

@@ -13,10 +13,11 @@ NOT_LEADER_OR_FOLLOWER. ``acks=all`` waits until the ISR has the batch (Kafka's
 DelayedProduce, :meth:`ReplicaManager.wait_for_acks`); followers that fall behind for
 ``replica.lag.time.max.ms`` leave the ISR (:meth:`ReplicaManager.shrink_isrs`).
 
-Fetch long-poll (Kafka's ``DelayedFetch``): a fetch that does not reach ``min_bytes`` parks
-one future on every partition it reads; the next append to any of them completes the future
-and the fetch reads again, until ``min_bytes`` is reached or ``max_wait_ms`` expires. Appends
-pay one list check per partition for this. Remote reads (tiered storage) are
+This module keeps the hosted partitions, leadership and the ISR, and the high watermark
+checkpoints. The produce path (Kafka's appendRecords and DelayedProduce) is
+:mod:`tierlog.server.produce_path`'s, the fetch path (fetchMessages, readFromLog and
+DelayedFetch: the long-poll) :mod:`tierlog.server.fetch_path`'s: the ReplicaManager's methods
+of those paths keep their docstrings and delegate. Remote reads (tiered storage) are
 :mod:`tierlog.server.delayed_remote_fetch`'s.
 
 Runs on the event loop thread only (not thread-safe). The log calls made here are the cheap
@@ -29,51 +30,42 @@ that trade).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tierlog.cluster.partition import Partition
 from tierlog.errors import (
     ApiError,
     CorruptCheckpointError,
-    CorruptRecordError,
-    InvalidRecord,
-    InvalidTopic,
     KafkaStorageError,
-    NotEnoughReplicas,
-    NotEnoughReplicasAfterAppend,
     NotLeaderOrFollower,
-    OffsetMovedToTieredStorage,
-    OffsetOutOfRange,
-    RequestTimedOut,
     UnknownTopicOrPartition,
 )
 from tierlog.log.checkpoint_file import OffsetCheckpointFile
 from tierlog.log.log_config import LONG_MAX
 from tierlog.log.log_file_utils import REPLICATION_OFFSET_CHECKPOINT_FILENAME
-from tierlog.log.transaction_index import AbortedTxn
 from tierlog.log.transaction_marker import TxnMarker
-from tierlog.records.control_records import (
-    CONTROL_TYPE_ABORT,
-    CONTROL_TYPE_COMMIT,
-    EndTransactionMarker,
-    build_end_txn_marker_batch,
-)
-from tierlog.records.record_batch import LOG_OVERHEAD, read_header
+from tierlog.server import fetch_path, produce_path
 from tierlog.server.delayed_remote_fetch import DelayedRemoteFetch
+from tierlog.server.produce_path import TXN_MARKER_TIMEOUT_MS
 
 if TYPE_CHECKING:
     from tierlog.cluster.cluster_link import ClusterLink, PartitionChange
     from tierlog.log.log_manager import LogManager
     from tierlog.server.broker_metrics import BrokerTopicStats
+    from tierlog.server.fetch_path import (
+        FetchPartitionRequest,
+        FetchPartitionResult,
+        _FetchRead,
+    )
+    from tierlog.server.produce_path import ProducePartitionResult
     from tierlog.server.replica_alter_log_dirs import ReplicaAlterLogDirsManager
     from tierlog.tiered.remote_log_manager import RemoteLogManager
-    from tierlog.tiered.remote_log_reader import RemoteStorageFetchInfo
+
+__all__ = ["ReplicaManager", "TxnVerifier"]
 
 log = logging.getLogger(__name__)
 
@@ -82,80 +74,16 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-#: Internal topics that clients may read but never produce to.
-GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
-INTERNAL_TOPICS = frozenset(
-    {GROUP_METADATA_TOPIC_NAME, "__remote_log_metadata", "__transaction_state"}
-)
-
 #: (transactional id, producer id, producer epoch, topic, partition) -> error code.
 TxnVerifier = Callable[[str, int, int, str, int], Awaitable[int]]
 
-#: How long markers wait for the ISR (Kafka: request.timeout.ms of the inter-broker path).
-TXN_MARKER_TIMEOUT_MS = 30_000
-
-#: Fetch isolation levels (FetchRequest.isolation_level).
-READ_UNCOMMITTED = 0
-READ_COMMITTED = 1
-
-
-@dataclass(slots=True)
-class ProducePartitionResult:
-    """What a Produce response says about one partition."""
-
-    error_code: int = 0
-    base_offset: int = -1
-    log_append_time: int = -1
-    log_start_offset: int = -1
-    error_message: str | None = None
-    #: INVALID_RECORD: (index of the record in its batch, message), Kafka's RecordError.
-    record_errors: tuple[tuple[int, str | None], ...] = ()
-    #: The last offset of the appended batch (acks=all waits for the high watermark past it).
-    last_offset: int = -1
-
-
-@dataclass(slots=True)
-class FetchPartitionResult:
-    """What a Fetch response says about one partition."""
-
-    error_code: int = 0
-    high_watermark: int = -1
-    last_stable_offset: int = -1
-    log_start_offset: int = -1
-    records: bytes | memoryview | None = None
-    #: Set while the records must still be read from remote storage.
-    remote: RemoteStorageFetchInfo | None = None
-    #: For a follower whose log diverged: (epoch, end offset) of the leader's log (KIP-595).
-    diverging_epoch: tuple[int, int] | None = None
-    #: read_committed: the aborted transactions of the range read (None: read_uncommitted).
-    aborted_transactions: list[AbortedTxn] | None = None
-
-    @property
-    def size(self) -> int:
-        return len(self.records) if self.records is not None else 0
-
-
-@dataclass(slots=True)
-class FetchPartitionRequest:
-    """One partition of a Fetch, resolved to a topic name."""
-
-    topic: str | None  # None: unknown topic id
-    partition: int
-    fetch_offset: int
-    partition_max_bytes: int
-    error_code: int = 0  # set when the topic could not be resolved (UNKNOWN_TOPIC_ID)
-    #: The fetcher's view of the leader epoch (KIP-320); -1: not checked.
-    current_leader_epoch: int = -1
-    #: A follower's epoch of its last batch (KIP-595); -1: no divergence check.
-    last_fetched_epoch: int = -1
-
-
-#: What :meth:`ReplicaManager.fetch_once` returns.
-_FetchRead = tuple[list[FetchPartitionResult], int, bool, list[Partition]]
-
 
 class ReplicaManager:
-    """Produce and fetch over the hosted partitions; leadership changes (cluster mode)."""
+    """Produce and fetch over the hosted partitions; leadership changes (cluster mode).
+
+    The produce and fetch paths' bodies are :mod:`~tierlog.server.produce_path`'s and
+    :mod:`~tierlog.server.fetch_path`'s (friends: they use the partitions, the clock, the
+    metrics and the remote reads kept here)."""
 
     def __init__(
         self,
@@ -401,15 +329,9 @@ class ReplicaManager:
         ``min.insync.replicas`` refuses the batch (NOT_ENOUGH_REPLICAS) and the caller waits
         with :meth:`wait_for_acks`. Errors come back as a result, never raised.
         """
-        checked = self._check_append(topic, index, records, internal, required_acks)
-        if isinstance(checked, ProducePartitionResult):
-            return checked
-        assert records is not None  # _check_append refused empty input
-        try:
-            info = checked.log.append(records, leader_epoch=checked.leader_epoch)
-        except (ApiError, OSError) as e:
-            return self._append_failed(checked, e)
-        return self._appended(checked, info)
+        return produce_path.append_records(
+            self, topic, index, records, internal=internal, required_acks=required_acks
+        )
 
     def append_in_thread(self, topic: str, index: int) -> bool:
         """Whether appends to this partition may fsync inline (``flush.messages`` set), so
@@ -434,22 +356,9 @@ class ReplicaManager:
         Appends to one partition stay in request order: they queue on the partition's
         lock (asyncio locks are FIFO) before entering the thread.
         """
-        checked = self._check_append(topic, index, records, internal, required_acks)
-        if isinstance(checked, ProducePartitionResult):
-            return checked
-        assert records is not None  # _check_append refused empty input
-        async with checked.append_lock():
-            if not checked.is_leader:
-                return self._refused(
-                    checked, ProducePartitionResult(NotLeaderOrFollower.error_code)
-                )
-            try:
-                info = await asyncio.to_thread(
-                    checked.log.append, records, leader_epoch=checked.leader_epoch
-                )
-            except (ApiError, OSError) as e:
-                return self._append_failed(checked, e)
-        return self._appended(checked, info)
+        return await produce_path.append_records_in_thread(
+            self, topic, index, records, internal=internal, required_acks=required_acks
+        )
 
     # ----------------------------------------------------------------- transaction markers
 
@@ -467,65 +376,7 @@ class ReplicaManager:
         :attr:`txn_completion_listeners` callable is told about the ``__consumer_offsets``
         partitions each (producer, result) reached.
         """
-        appended: list[tuple[TxnMarker, Awaitable[ProducePartitionResult]]] = []
-        results: dict[tuple[int, str, int], int] = {}
-        for m in markers:
-            key = (m.producer_id, m.topic, m.partition)
-            try:
-                p = self.get_partition(m.topic, m.partition)
-            except KafkaStorageError as e:
-                results[key] = e.error_code
-                continue
-            if p is None:
-                results[key] = self.not_here_error(m.topic, m.partition)
-                continue
-            if not p.is_leader:
-                results[key] = NotLeaderOrFollower.error_code
-                continue
-            control_type = CONTROL_TYPE_COMMIT if m.commit else CONTROL_TYPE_ABORT
-            try:
-                batch = build_end_txn_marker_batch(
-                    EndTransactionMarker(control_type, m.coordinator_epoch),
-                    producer_id=m.producer_id,
-                    producer_epoch=m.producer_epoch,
-                    timestamp=self._time_ms(),
-                )
-            except ValueError as e:
-                results[key] = self._append_failed(p, InvalidRecord(str(e))).error_code
-                continue
-            result = await self._append_marker(p, batch)
-            appended.append((m, self.wait_for_acks(m.topic, m.partition, result, timeout_ms)))
-        acked = await asyncio.gather(*(aw for _, aw in appended))
-        completed: dict[tuple[int, bool], list[int]] = {}
-        for (m, _), r in zip(appended, acked, strict=True):
-            results[(m.producer_id, m.topic, m.partition)] = r.error_code
-            if not r.error_code and m.topic == GROUP_METADATA_TOPIC_NAME:
-                completed.setdefault((m.producer_id, m.commit), []).append(m.partition)
-        for (producer_id, commit), partitions in completed.items():
-            for listener in list(self.txn_completion_listeners):
-                try:
-                    listener(producer_id, partitions, commit)
-                except Exception:
-                    log.exception("transaction completion listener %r failed", listener)
-        return results
-
-    async def _append_marker(self, p: Partition, batch: bytes) -> ProducePartitionResult:
-        def append() -> Any:
-            return p.log.append(
-                batch, leader_epoch=p.leader_epoch, origin_client=False, origin_coordinator=True
-            )
-
-        try:
-            if p.log.config.flush_interval < LONG_MAX:  # may fsync: in a thread, in order
-                async with p.append_lock():
-                    if not p.is_leader:
-                        return ProducePartitionResult(NotLeaderOrFollower.error_code)
-                    info = await asyncio.to_thread(append)
-            else:
-                info = append()
-        except (ApiError, OSError) as e:
-            return self._append_failed(p, e)
-        return self._appended(p, info)
+        return await produce_path.append_txn_markers(self, markers, timeout_ms)
 
     def must_wait_for_acks(self, topic: str, index: int, result: ProducePartitionResult) -> bool:
         """Whether an acks=all append must wait: the high watermark has not passed it yet
@@ -540,109 +391,7 @@ class ReplicaManager:
         appended batch. NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR fell below
         ``min.insync.replicas`` meanwhile, NOT_LEADER_OR_FOLLOWER when leadership moved,
         REQUEST_TIMED_OUT after ``timeout_ms``."""
-        if result.error_code or result.last_offset < 0:
-            return result
-        p = self._partitions.get((topic, index))
-        if p is None:
-            return ProducePartitionResult(self.not_here_error(topic, index))
-        if not await p.wait_for_high_watermark(result.last_offset + 1, timeout_ms / 1000):
-            code = RequestTimedOut.error_code if p.is_leader else NotLeaderOrFollower.error_code
-            return ProducePartitionResult(code, log_start_offset=_safe_log_start(p))
-        if len(p.isr) < p.log.config.min_in_sync_replicas:
-            return ProducePartitionResult(
-                NotEnoughReplicasAfterAppend.error_code,
-                log_start_offset=_safe_log_start(p),
-                error_message=f"the ISR {sorted(p.isr)} is smaller than min.insync.replicas "
-                f"{p.log.config.min_in_sync_replicas}",
-            )
-        return result
-
-    def _check_append(
-        self, topic: str, index: int, records: bytes | None, internal: bool, required_acks: int
-    ) -> Partition | ProducePartitionResult:
-        if not internal and topic in INTERNAL_TOPICS:
-            return ProducePartitionResult(
-                InvalidTopic.error_code, error_message=f"cannot append to internal topic {topic}"
-            )
-        try:
-            p = self.get_partition(topic, index)
-        except KafkaStorageError as e:
-            return ProducePartitionResult(e.error_code, error_message=e.message)
-        if p is None:
-            return ProducePartitionResult(self.not_here_error(topic, index))
-        if not p.is_leader:
-            return self._refused(p, ProducePartitionResult(NotLeaderOrFollower.error_code))
-        if not records:
-            return self._refused(
-                p,
-                ProducePartitionResult(
-                    InvalidRecord.error_code, error_message="produce request without records"
-                ),
-            )
-        if required_acks == -1:
-            min_isr = p.log.config.min_in_sync_replicas
-            if len(p.isr) < min_isr:
-                return self._refused(
-                    p,
-                    ProducePartitionResult(
-                        NotEnoughReplicas.error_code,
-                        log_start_offset=_safe_log_start(p),
-                        error_message=f"the ISR {sorted(p.isr)} of {topic}-{index} is smaller "
-                        f"than min.insync.replicas {min_isr}",
-                    ),
-                )
-        try:
-            header = read_header(records)
-            size = header.batch_length + LOG_OVERHEAD
-            if size > len(records):
-                raise CorruptRecordError(
-                    f"record batch is truncated: size {size}, {len(records)} bytes sent"
-                )
-            if size < len(records):
-                raise InvalidRecord(
-                    "produce requests v3+ must carry exactly one record batch per partition"
-                )
-            if header.is_control_batch and not internal:
-                raise InvalidRecord("clients may not write control batches")
-        except ApiError as e:
-            return self._append_failed(p, e)
-        return p
-
-    def _refused(self, p: Partition, result: ProducePartitionResult) -> ProducePartitionResult:
-        """A produce to a hosted partition refused before the append: counted as failed."""
-        if self.topic_stats is not None:
-            self.topic_stats.produced(p.topic, 0, 0, True)
-        return result
-
-    def _append_failed(self, p: Partition, e: Exception) -> ProducePartitionResult:
-        if self.topic_stats is not None:
-            self.topic_stats.produced(p.topic, 0, 0, True)
-        if isinstance(e, ApiError):
-            return ProducePartitionResult(
-                e.error_code,
-                log_start_offset=_safe_log_start(p),
-                error_message=e.message,
-                record_errors=e.record_errors if isinstance(e, InvalidRecord) else (),
-            )
-        log.error("append to %s-%d failed: %s", p.topic, p.index, e)
-        return ProducePartitionResult(KafkaStorageError.error_code, error_message=str(e))
-
-    def _appended(self, p: Partition, info: Any) -> ProducePartitionResult:
-        stats = self.topic_stats
-        if stats is not None:  # a duplicate batch (a producer's retry) was not appended again
-            dup = info.duplicate
-            stats.produced(
-                p.topic, 0 if dup else info.valid_bytes, 0 if dup else info.records_count, False
-            )
-        p.maybe_increment_high_watermark()
-        p.wake_waiters()  # followers long-poll on the log end offset
-        return ProducePartitionResult(
-            0,
-            info.first_offset,
-            info.log_append_time if info.log_append_time is not None else -1,
-            info.log_start_offset,
-            last_offset=info.last_offset,
-        )
+        return await produce_path.wait_for_acks(self, topic, index, result, timeout_ms)
 
     # ----------------------------------------------------------------- fetch
 
@@ -663,113 +412,19 @@ class ReplicaManager:
         comes back with :attr:`FetchPartitionResult.remote` set (no records yet: :meth:`fetch`
         reads them), or OFFSET_MOVED_TO_TIERED_STORAGE for a follower.
         """
-        lg = p.log
-        hw = lg.high_watermark
-        if replica_id >= 0:
-            upper = lg.log_end_offset
-        else:
-            upper = lg.last_stable_offset if isolation_level == READ_COMMITTED else hw
-        result = FetchPartitionResult(0, hw, lg.last_stable_offset, lg.log_start_offset)
-        if upper <= fetch_offset <= lg.log_end_offset:
-            result.records = b""
-            return result
-        if self._plan_remote_read(
-            p, result, fetch_offset, max_bytes, min_one_message, replica_id, isolation_level
-        ):
-            return result
-        try:
-            data = lg.read(
-                fetch_offset, max_bytes, max_offset=upper, min_one_message=min_one_message
-            )
-        except OffsetOutOfRange:
-            # The local segment may have been deleted (tiered) since the check above.
-            if self._plan_remote_read(
-                p, result, fetch_offset, max_bytes, min_one_message, replica_id, isolation_level
-            ):
-                return result
-            result.error_code = OffsetOutOfRange.error_code
-            result.records = b""
-            return result
-        except ApiError as e:
-            # Never OFFSET_MOVED_TO_TIERED_STORAGE (109) to consumers: it is for followers,
-            # and kafkajs treats unknown codes as fatal.
-            code = e.error_code
-            if code == OffsetMovedToTieredStorage.error_code:
-                code = KafkaStorageError.error_code
-            result.error_code = code
-            result.records = b""
-            return result
-        except OSError as e:
-            log.error("read of %s-%d failed: %s", p.topic, p.index, e)
-            result.error_code = KafkaStorageError.error_code
-            result.records = b""
-            return result
-        result.records = data.records
-        if isolation_level == READ_COMMITTED and replica_id < 0:
-            try:
-                result.aborted_transactions = (
-                    _aborted_transactions(lg, fetch_offset, data.records, upper)
-                    if data.records
-                    else []
-                )
-            except (ApiError, OSError) as e:
-                log.error("reading the transaction index of %s-%d failed: %s", p.topic, p.index, e)
-                result.error_code = KafkaStorageError.error_code
-                result.records = b""
-        return result
-
-    def _check_fetch(
-        self, p: Partition, r: FetchPartitionRequest, replica_id: int
-    ) -> FetchPartitionResult | None:
-        """Leadership, epoch fencing (KIP-320) and, for a follower, divergence (KIP-595) and
-        its fetch state; a result to answer at once, or None to read."""
-        code = p.leader_epoch_error(r.current_leader_epoch)
-        if code:
-            return FetchPartitionResult(code)
-        if replica_id < 0:
-            return None
-        lg = p.log
-        if r.last_fetched_epoch >= 0:
-            end_epoch, end_offset = lg.leader_epoch_cache.end_offset_for(
-                r.last_fetched_epoch, lg.log_end_offset
-            )
-            diverged = end_epoch < r.last_fetched_epoch or end_offset < r.fetch_offset
-            if end_epoch >= 0 and diverged:
-                result = FetchPartitionResult(
-                    0, lg.high_watermark, lg.last_stable_offset, lg.log_start_offset, b""
-                )
-                result.diverging_epoch = (end_epoch, end_offset)
-                return result
-        joins = p.update_follower_fetch_state(replica_id, r.fetch_offset, self._time_ms())
-        if joins and self.cluster is not None:
-            p.isr_change_pending = True
-            self.cluster.expand_isr(p, replica_id)
-        return None
-
-    def _plan_remote_read(
-        self,
-        p: Partition,
-        result: FetchPartitionResult,
-        fetch_offset: int,
-        max_bytes: int,
-        min_one_message: bool,
-        replica_id: int,
-        isolation_level: int = 0,
-    ) -> bool:
-        remote = self._remote
-        return remote is not None and remote.plan(
-            p, result, fetch_offset, max_bytes, min_one_message, replica_id, isolation_level
+        return fetch_path.read_partition(
+            self,
+            p,
+            fetch_offset,
+            max_bytes,
+            min_one_message=min_one_message,
+            isolation_level=isolation_level,
+            replica_id=replica_id,
         )
 
     async def read_remote(self, results: list[FetchPartitionResult]) -> int:
         """Fill in the results that wait for a remote read; how many were throttled."""
         return 0 if self._remote is None else await self._remote.read(results)
-
-    async def _answer_remote(
-        self, results: list[FetchPartitionResult], max_wait_ms: int
-    ) -> list[FetchPartitionResult]:
-        assert self._remote is not None  # only partitions with remote data get here
-        return await self._remote.answer(results, max_wait_ms)
 
     def fetch_once(
         self,
@@ -786,63 +441,13 @@ class ReplicaManager:
         so that a consumer always makes progress. Partitions to read from remote storage come
         back with ``remote`` set (see :meth:`read_remote`).
         """
-        results: list[FetchPartitionResult] = []
-        partitions: list[Partition] = []
-        remaining = max_bytes
-        total = 0
-        min_one = True
-        error = False
-        for r in requests:
-            if r.topic is None:
-                results.append(FetchPartitionResult(r.error_code or 100))
-                error = True
-                continue
-            try:
-                p = self.get_partition(r.topic, r.partition)
-            except KafkaStorageError as e:
-                results.append(FetchPartitionResult(e.error_code))
-                error = True
-                continue
-            if p is None:
-                results.append(FetchPartitionResult(self.not_here_error(r.topic, r.partition)))
-                error = True
-                continue
-            answer = self._check_fetch(p, r, replica_id)
-            if answer is not None:
-                results.append(answer)
-                error = True
-                continue
-            limit = min(r.partition_max_bytes, remaining)
-            partitions.append(p)
-            if limit <= 0 and not min_one:
-                res = self.read_partition(
-                    p,
-                    r.fetch_offset,
-                    0,
-                    min_one_message=False,
-                    isolation_level=isolation_level,
-                    replica_id=replica_id,
-                )
-                res.records = b""
-                res.remote = None
-            else:
-                res = self.read_partition(
-                    p,
-                    r.fetch_offset,
-                    max(limit, 0),
-                    min_one_message=min_one,
-                    isolation_level=isolation_level,
-                    replica_id=replica_id,
-                )
-            size = res.size
-            if size:
-                min_one = False
-                remaining -= size
-                total += size
-            if res.error_code:
-                error = True
-            results.append(res)
-        return results, total, error, partitions
+        return fetch_path.fetch_once(
+            self,
+            requests,
+            max_bytes=max_bytes,
+            isolation_level=isolation_level,
+            replica_id=replica_id,
+        )
 
     def fetch_at_once(
         self,
@@ -859,23 +464,14 @@ class ReplicaManager:
         awaitable of them that goes on from this first read (waits for appends, reads
         remote data). A follower that is behind always gets its answer here: no task, no
         trip through the event loop between its request and the response."""
-        first = self.fetch_once(
-            requests, max_bytes=max_bytes, isolation_level=isolation_level, replica_id=replica_id
-        )
-        results, total, error, _parts = first
-        if not any(r.remote is not None for r in results) and (
-            max_wait_ms <= 0 or total >= max(min_bytes, 1) or error or not requests
-        ):
-            self._count_fetched(requests, results, replica_id)
-            return results
-        return self.fetch(
+        return fetch_path.fetch_at_once(
+            self,
             requests,
             max_wait_ms=max_wait_ms,
             min_bytes=min_bytes,
             max_bytes=max_bytes,
             isolation_level=isolation_level,
             replica_id=replica_id,
-            first=first,
         )
 
     async def fetch(
@@ -889,10 +485,12 @@ class ReplicaManager:
         replica_id: int = -1,
         first: _FetchRead | None = None,
     ) -> list[FetchPartitionResult]:
-        """:meth:`_fetch`, counted in BrokerTopicMetrics (once per partition, as Kafka; unknown
-        topics are not counted, so a client cannot grow the series with made-up names).
-        ``first``: the first read, already made (:meth:`fetch_at_once`)."""
-        results = await self._fetch(
+        """Kafka's fetchMessages (:func:`~tierlog.server.fetch_path._fetch`), counted in
+        BrokerTopicMetrics (once per partition, as Kafka; unknown topics are not counted, so a
+        client cannot grow the series with made-up names). ``first``: the first read, already
+        made (:meth:`fetch_at_once`)."""
+        return await fetch_path.fetch(
+            self,
             requests,
             max_wait_ms=max_wait_ms,
             min_bytes=min_bytes,
@@ -901,74 +499,6 @@ class ReplicaManager:
             replica_id=replica_id,
             first=first,
         )
-        self._count_fetched(requests, results, replica_id)
-        return results
-
-    def _count_fetched(
-        self,
-        requests: list[FetchPartitionRequest],
-        results: list[FetchPartitionResult],
-        replica_id: int,
-    ) -> None:
-        stats = self.topic_stats
-        if stats is not None:
-            unknown = UnknownTopicOrPartition.error_code
-            for r, res in zip(requests, results, strict=False):
-                if r.topic is not None and res.error_code != unknown:
-                    stats.fetched(r.topic, res.size, bool(res.error_code), replica_id < 0)
-
-    async def _fetch(
-        self,
-        requests: list[FetchPartitionRequest],
-        *,
-        max_wait_ms: int,
-        min_bytes: int,
-        max_bytes: int,
-        isolation_level: int,
-        replica_id: int = -1,
-        first: _FetchRead | None = None,
-    ) -> list[FetchPartitionResult]:
-        """Kafka's fetchMessages: answer at once when ``min_bytes`` are there (or on an
-        error, or after remote reads), else wait for appends to the requested partitions up
-        to ``max_wait_ms``."""
-        if first is not None and any(r.remote is not None for r in first[0]):
-            return await self._answer_remote(first[0], max_wait_ms)
-        # Read (again, after fetch_at_once's first read): the read and the parking on the
-        # partitions below must be one step of this task, or an append in between (another
-        # connection's produce, before this task first ran) would wake nobody.
-        results, total, error, parts = self.fetch_once(
-            requests, max_bytes=max_bytes, isolation_level=isolation_level, replica_id=replica_id
-        )
-        if any(r.remote is not None for r in results):
-            return await self._answer_remote(results, max_wait_ms)
-        if max_wait_ms <= 0 or total >= max(min_bytes, 1) or error or not requests:
-            return results
-        loop = asyncio.get_running_loop()
-        deadline = time.monotonic() + max_wait_ms / 1000.0
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return results
-            fut: asyncio.Future[None] = loop.create_future()
-            for p in parts:
-                p.add_waiter(fut)
-            try:
-                await asyncio.wait_for(fut, remaining)
-            except TimeoutError:
-                pass
-            finally:
-                for p in parts:
-                    p.remove_waiter(fut)
-            results, total, error, parts = self.fetch_once(
-                requests,
-                max_bytes=max_bytes,
-                isolation_level=isolation_level,
-                replica_id=replica_id,
-            )
-            if any(r.remote is not None for r in results):
-                return await self._answer_remote(results, max_wait_ms)
-            if total >= max(min_bytes, 1) or error:
-                return results
 
     def wake_all(self) -> None:
         """Complete every parked fetch and drop the remote reads ahead (shutdown)."""
@@ -976,22 +506,3 @@ class ReplicaManager:
             p.wake_waiters()
         if self._remote is not None:
             self._remote.read_ahead.clear()
-
-
-def _aborted_transactions(
-    lg: Any, fetch_offset: int, records: bytes | memoryview, upper: int
-) -> list[AbortedTxn]:
-    """The aborted transactions of a read_committed read that returned ``records``: those
-    overlapping [fetch offset, end of the segment read) (a read skips segments left with
-    only empty batches by the cleaner, so the segment is the first batch's)."""
-    first = int.from_bytes(records[:8], "big", signed=True) if len(records) >= 8 else -1
-    read_offset = max(fetch_offset, first)
-    bound = lg.fetch_upper_bound_offset(read_offset, upper)
-    return list(lg.collect_aborted_transactions(fetch_offset, bound))
-
-
-def _safe_log_start(p: Partition) -> int:
-    try:
-        return int(p.log.log_start_offset)
-    except Exception:  # pragma: no cover - diagnostics only
-        return -1

@@ -26,6 +26,7 @@ from tierlog.errors import (
     UnknownTopicOrPartition,
 )
 from tierlog.log.log_config import LogConfig, format_value
+from tierlog.log.topic_names import INTERNAL_TOPICS
 from tierlog.log.topic_registry import NewTopic
 from tierlog.security.acl_checks import (
     require_create_topic,
@@ -36,7 +37,6 @@ from tierlog.server.handlers._build import build
 from tierlog.server.handlers._results import answered_per_resource, error_of
 from tierlog.server.handlers.configs import SOURCE_IDS
 from tierlog.server.kafka_apis import response_class
-from tierlog.server.replica_manager import INTERNAL_TOPICS
 
 if TYPE_CHECKING:
     from tierlog.server.kafka_apis import KafkaApis, Request

@@ -25,6 +25,7 @@ from tierlog.errors import (
     UnknownTopicId,
     UnknownTopicOrPartition,
 )
+from tierlog.log.topic_names import INTERNAL_TOPICS
 from tierlog.security.acl_checks import (
     cluster_error,
     identity,
@@ -34,7 +35,6 @@ from tierlog.security.acl_checks import (
 from tierlog.security.authorizer import AclOperation
 from tierlog.server.handlers._build import build, request_timeout_ms
 from tierlog.server.kafka_apis import response_class
-from tierlog.server.replica_manager import INTERNAL_TOPICS
 
 if TYPE_CHECKING:
     from tierlog.server.kafka_apis import KafkaApis, Request

@@ -21,6 +21,7 @@ from tierlog.errors import (
     UnknownTopicOrPartition,
 )
 from tierlog.log.log_config import TOPIC_CONFIGS, LogConfig, format_value
+from tierlog.log.topic_names import INTERNAL_TOPICS
 from tierlog.security.acl_checks import require_config_resource
 from tierlog.security.authorizer import AclOperation
 from tierlog.server.dynamic_broker_config import DescribedConfig, DynamicBrokerConfig
@@ -34,7 +35,6 @@ from tierlog.server.handlers.group_configs import (
 )
 from tierlog.server.kafka_apis import response_class
 from tierlog.server.kafka_config import BROKER_CONFIGS, KafkaConfig
-from tierlog.server.replica_manager import INTERNAL_TOPICS
 
 if TYPE_CHECKING:
     from tierlog.server.kafka_apis import KafkaApis, Request

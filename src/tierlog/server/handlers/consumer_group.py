@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 from tierlog.coordinator.group.consumer_group import HeartbeatRequest, TopicImage
 from tierlog.coordinator.group.consumer_group_coordinator import topic_images
 from tierlog.errors import CoordinatorNotAvailable
+from tierlog.log.topic_names import GROUP_METADATA_TOPIC_NAME
 from tierlog.security.acl_checks import group_error
 from tierlog.security.authorizer import AclOperation
 from tierlog.server.handlers._build import build
 from tierlog.server.kafka_apis import response_class
-from tierlog.server.replica_manager import GROUP_METADATA_TOPIC_NAME
 
 if TYPE_CHECKING:
     from tierlog.cluster.metadata_cache import MetadataCache

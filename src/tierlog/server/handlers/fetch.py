@@ -23,14 +23,10 @@ from typing import TYPE_CHECKING, Any
 from tierlog.errors import UnknownTopicId, UnknownTopicOrPartition
 from tierlog.security.acl_checks import follower_or_topic_error
 from tierlog.security.authorizer import AclOperation
+from tierlog.server.fetch_path import READ_COMMITTED, FetchPartitionRequest, FetchPartitionResult
 from tierlog.server.handlers._build import build
 from tierlog.server.handlers.produce import node_endpoints
 from tierlog.server.kafka_apis import response_class
-from tierlog.server.replica_manager import (
-    READ_COMMITTED,
-    FetchPartitionRequest,
-    FetchPartitionResult,
-)
 
 if TYPE_CHECKING:
     from tierlog.server.kafka_apis import KafkaApis, Request

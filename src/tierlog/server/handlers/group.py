@@ -26,6 +26,7 @@ from tierlog.errors import (
     UnknownTopicOrPartition,
     UnstableOffsetCommit,
 )
+from tierlog.log.topic_names import GROUP_METADATA_TOPIC_NAME
 from tierlog.security.acl_checks import (
     AUTHORIZED_OPERATIONS_OMITTED,
     authorized_operations,
@@ -38,7 +39,6 @@ from tierlog.security.authorizer import AclOperation, ResourceType
 from tierlog.server.handlers._build import build
 from tierlog.server.kafka_apis import response_class
 from tierlog.server.offset_store import ensure_offsets_topic_in_cluster
-from tierlog.server.replica_manager import GROUP_METADATA_TOPIC_NAME
 from tierlog.server.txn_state_topic import ensure_transaction_state_topic
 
 if TYPE_CHECKING:

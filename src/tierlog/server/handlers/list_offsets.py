@@ -25,9 +25,9 @@ from tierlog.errors import (
 )
 from tierlog.security.acl_checks import topic_error
 from tierlog.security.authorizer import AclOperation
+from tierlog.server.fetch_path import READ_COMMITTED
 from tierlog.server.handlers._build import build
 from tierlog.server.kafka_apis import response_class
-from tierlog.server.replica_manager import READ_COMMITTED
 
 if TYPE_CHECKING:
     from tierlog.cluster.partition import Partition

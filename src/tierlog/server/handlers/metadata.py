@@ -25,6 +25,7 @@ from tierlog.errors import (
     UnknownTopicId,
     UnknownTopicOrPartition,
 )
+from tierlog.log.topic_names import INTERNAL_TOPICS
 from tierlog.protocol import api_versions_response
 from tierlog.protocol._writer import encode_entities
 from tierlog.security.acl_checks import (
@@ -37,7 +38,6 @@ from tierlog.security.acl_checks import (
 from tierlog.security.authorizer import CLUSTER_NAME, AclOperation, ResourceType
 from tierlog.server.handlers._build import build
 from tierlog.server.kafka_apis import response_class
-from tierlog.server.replica_manager import INTERNAL_TOPICS
 
 if TYPE_CHECKING:
     from tierlog.server.kafka_apis import KafkaApis, Request

@@ -34,8 +34,9 @@ from tierlog.security.acl_checks import cluster_error, topic_error, transactiona
 from tierlog.security.authorizer import AclOperation
 from tierlog.server.handlers._build import build, request_timeout_ms
 from tierlog.server.kafka_apis import CloseConnection, response_class
+from tierlog.server.produce_path import ProducePartitionResult
 from tierlog.server.remote_log_metadata_publisher import REMOTE_LOG_METADATA_TOPIC_NAME
-from tierlog.server.replica_manager import ProducePartitionResult, ReplicaManager
+from tierlog.server.replica_manager import ReplicaManager
 
 if TYPE_CHECKING:
     from tierlog.server.kafka_apis import KafkaApis, Request

@@ -26,6 +26,7 @@ from tierlog.errors import (
     ProducerFenced,
     UnknownTopicOrPartition,
 )
+from tierlog.log.topic_names import GROUP_METADATA_TOPIC_NAME
 from tierlog.security.acl_checks import (
     cluster_error,
     group_error,
@@ -36,7 +37,6 @@ from tierlog.security.authorizer import AclOperation
 from tierlog.server.handlers._build import build
 from tierlog.server.handlers.group import commit_request_offsets
 from tierlog.server.kafka_apis import response_class
-from tierlog.server.replica_manager import GROUP_METADATA_TOPIC_NAME
 
 if TYPE_CHECKING:
     from tierlog.coordinator.transaction import TransactionCoordinator
