@@ -10,12 +10,12 @@ changelog topic ``wordcount-counts-changelog``, which it creates with
 
 With ``WORDCOUNT_GUARANTEE=exactly_once`` the app runs with faust's
 ``processing_guarantee="exactly_once"``: its consumer reads with ``read_committed``, every update
-to the changelog and every record it sends to the output topic ``wordcount-totals`` (the word,
-and its new count as text) go through a transactional producer (``transactional.id``
-``wordcount-<group>-<partition>``) together with the consumer offsets of the source partition
-(``send_offsets_to_transaction``), committed every ``broker_commit_interval``. The output
-topic must exist before the worker starts (faust creates only its internal topics), and the app
-subscribes to it (see ``subscribe_totals``).
+to the changelog and every record it sends to the output topic ``wordcount-totals`` (key: the
+word; value: its new count and the offset of the word counted, as text) go through a
+transactional producer (``transactional.id`` ``wordcount-<group>-<partition>``) together with
+the consumer offsets of the source partition (``send_offsets_to_transaction``), committed every
+``broker_commit_interval``. The output topic must exist before the worker starts (faust creates
+only its internal topics), and the app subscribes to it (see ``subscribe_totals``).
 
 Every second the worker prints ``COUNTS <json>`` with the table's contents once the table is
 recovered (the test reads them from its output).
@@ -61,7 +61,9 @@ async def count(stream: faust.StreamT[bytes]) -> None:
         word = event.key.decode()
         counts[word] += 1
         if app.in_transaction:
-            await totals.send(key=event.key, value=str(counts[word]).encode())
+            # The new count and the offset of the word counted: "<count> <offset>".
+            output = f"{counts[word]} {event.message.offset}"
+            await totals.send(key=event.key, value=output.encode())
 
 
 if app.conf.processing_guarantee.value == "exactly_once":

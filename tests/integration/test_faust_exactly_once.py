@@ -9,9 +9,21 @@ records, the records sent to the output topic ``wordcount-totals`` and, through
 ``send_offsets_to_transaction``, the consumer offsets of the source topic ``words``; its
 consumer reads with ``read_committed``.
 
-The output topic carries one record per word counted, the word's new count: read with
-read_committed, the values of every word are exactly 1, 2, ..., n (a record counted twice
-would repeat a value, a lost one would leave a gap).
+The output topic carries one record per word counted: the word's new count and the offset of
+the word in ``words``. Read with read_committed, every offset of ``words`` is there once and the
+counts of every word are exactly 1, 2, ..., n (a record counted twice would repeat a value, a
+lost one would leave a gap) -- up to faust's own race at each kill, below.
+
+faust 0.15.3 commits on a timer task, between the steps of the event its agent is processing:
+the table update (queued for the changelog), ``await totals.send(...)`` and the ack of the
+event's offset may each fall on either side of a commit. Seen in a failed run: the changelog's
+``word01=144`` (offset 4733) went into the transaction committed at 4734, while the output
+``144`` (offset 4734 of ``wordcount-totals``) went into the next one, which the kill then aborted;
+the successor restored 144 from the committed changelog and counted the re-delivered word as
+145, so the committed output read 142, 143, 145. The broker did what it must: the committed
+transaction whole, the aborted one hidden. Quix Streams commits between records, and
+test_quix_exactly_once asserts exact counts; for faust the test allows, at each kill, the one
+event in flight at the commit before it (:func:`assert_totals_across_kills`).
 
 Two faust limitations shape the app and the test, neither the broker's: faust sends through a
 transactional producer only to topics its assignor knows, so the app subscribes to its own
@@ -21,6 +33,7 @@ mode can fail (see ``crash``), so workers are ended with SIGKILL."""
 from __future__ import annotations
 
 import collections
+import itertools
 import random
 import signal
 import time
@@ -78,14 +91,58 @@ def read_topic(b: BrokerProcess, topic: str, isolation: str) -> list[Any]:
         c.close()
 
 
-def assert_exact_totals(messages: list[Any], expected: collections.Counter[str]) -> None:
-    """Each word's values in the output topic are 1..n, n its count: nothing twice, no gap."""
-    seen: dict[str, list[int]] = collections.defaultdict(list)
+def totals_of(messages: list[Any]) -> list[tuple[str, int, int]]:
+    """The output records as (word, count, offset of the word in ``words``)."""
+    out = []
     for m in messages:
-        seen[m.key().decode()].append(int(m.value()))
+        count, source = m.value().decode().split()
+        out.append((m.key().decode(), int(count), int(source)))
+    return out
+
+
+def counts_by_word(totals: list[tuple[str, int, int]]) -> dict[str, list[int]]:
+    seen: dict[str, list[int]] = collections.defaultdict(list)
+    for word, count, _ in totals:
+        seen[word].append(count)
+    return seen
+
+
+def assert_exact_totals(messages: list[Any], expected: collections.Counter[str]) -> None:
+    """Each word's counts in the output topic are 1..n, n its count, and each word of
+    ``words`` was counted once: nothing twice, no gap."""
+    totals = totals_of(messages)
+    assert sorted(source for _, _, source in totals) == list(range(sum(expected.values())))
+    seen = counts_by_word(totals)
     assert {w: len(v) for w, v in seen.items()} == dict(expected)
     for word, values in seen.items():
         assert values == list(range(1, expected[word] + 1)), word
+
+
+def assert_totals_across_kills(
+    messages: list[Any], expected: collections.Counter[str], kills: int
+) -> dict[str, int]:
+    """Exactly once but for faust's race (module docstring), at most one event per kill:
+    every word of ``words`` counted, at most ``kills`` of them twice; each word's counts go
+    up by one from 1 but for at most ``kills`` steps in all (by 0 or 2: the event's changelog
+    update and its output in different transactions). An aborted transaction shown, or a
+    committed one lost, breaks this by the size of a transaction. Returns the last count of
+    each word."""
+    totals = totals_of(messages)
+    sources = collections.Counter(source for _, _, source in totals)
+    assert sorted(sources) == list(range(sum(expected.values()))), "a word never counted"
+    twice = {o: n for o, n in sources.items() if n > 1}
+    assert sum(n - 1 for n in twice.values()) <= kills, f"words counted twice: {twice}"
+    irregular = []
+    last = {}
+    for word, values in counts_by_word(totals).items():
+        steps = [b - a for a, b in itertools.pairwise([0, *values])]
+        irregular += [(word, i, step) for i, step in enumerate(steps) if step != 1]
+        last[word] = values[-1]
+    assert len(irregular) <= kills, f"irregular counts (word, index, step): {irregular}"
+    assert all(step in (0, 2) for _, _, step in irregular), irregular
+    assert sum(abs(last[w] - n) for w, n in expected.items()) <= kills, (last, expected)
+    print(f"faust's race at {kills} kills: words counted twice {twice}, irregular {irregular}")
+    return last
 
 
 def offsets_batches(b: BrokerProcess) -> list[Any]:
@@ -236,13 +293,16 @@ def test_faust_exactly_once_across_broker_and_worker_kills(tmp_path: Path) -> No
             # transactional id aborts it (InitProducerId) and starts from the committed offset.
             wait_until("counting under way", lambda: committed(b, GROUP, "words") > 0, worker)
             pause_in_open_transaction(b, worker, expected, rng)
-            # (3) The committed offset and the committed output move together: one output
-            # record per word, so the offset is the number of output records read_committed,
-            # while read_uncommitted already shows the open transaction's records.
+            # (3) The committed offset and the committed output move together: read_committed,
+            # the output holds the words below the committed offset, each once (and, by
+            # faust's race, perhaps the word at it), while read_uncommitted already shows the
+            # open transaction's records.
             in_flight = read_topic(b, TOTALS, "read_uncommitted")
             done = read_topic(b, TOTALS, "read_committed")
             stable = stable_offset(b)
-            assert stable == len(done) < len(in_flight), (stable, len(done), len(in_flight))
+            sources = [source for _, _, source in totals_of(done)]
+            assert sources in (list(range(stable)), list(range(stable + 1))), (stable, sources)
+            assert len(done) < len(in_flight), (len(done), len(in_flight))
             crash(worker)
             worker = Worker(tmp_path, b.bootstrap, guarantee="exactly_once")
             batch = [rng.choice(WORDS) for _ in range(4000)]
@@ -276,12 +336,15 @@ def test_faust_exactly_once_across_broker_and_worker_kills(tmp_path: Path) -> No
                 worker,
                 timeout=180,
             )
-            # (2) read_committed: each count exactly once, whatever was aborted.
+            # (2) read_committed: each word counted once, whatever was aborted (but for
+            # faust's race, at most one word per kill: two kills).
             committed_totals = read_topic(b, TOTALS, "read_committed")
-            assert_exact_totals(committed_totals, expected)
+            last = assert_totals_across_kills(committed_totals, expected, kills=2)
+            # The committed changelog, the last counts sent and the table the worker holds
+            # agree.
             changelog = read_topic(b, CHANGELOG, "read_committed")
-            assert {m.key().decode().strip('"'): int(m.value()) for m in changelog} == expected
-            wait_until("the table printed", lambda: worker.latest_counts() == expected, worker)
+            assert {m.key().decode().strip('"'): int(m.value()) for m in changelog} == last
+            wait_until("the table printed", lambda: worker.latest_counts() == last, worker)
             # read_uncommitted also returns the aborted transaction's output records: counts
             # the dead worker had sent and its successor sent again.
             uncommitted = read_topic(b, TOTALS, "read_uncommitted")
