@@ -23,7 +23,10 @@ the successor restored 144 from the committed changelog and counted the re-deliv
 145, so the committed output read 142, 143, 145. The broker did what it must: the committed
 transaction whole, the aborted one hidden. Quix Streams commits between records, and
 test_quix_exactly_once asserts exact counts; for faust the test allows, at each kill, the one
-event in flight at the commit before it (:func:`assert_totals_across_kills`).
+event in flight at the commit before it (:func:`assert_totals_across_kills`). The broker's own
+part is asserted exactly, apart from faust's: read_committed returns the records of the
+committed transactions and none of the aborted ones, as the markers in the log say
+(:func:`outcomes`).
 
 Two faust limitations shape the app and the test, neither the broker's: faust sends through a
 transactional producer only to topics its assignor knows, so the app subscribes to its own
@@ -370,9 +373,9 @@ def test_faust_exactly_once_across_broker_and_worker_kills(tmp_path: Path) -> No
                 worker,
                 timeout=180,
             )
-            # (1) The broker's part, exact: read_committed returns the records of the
-            # committed transactions, every one, and none of the aborted ones (both kills
-            # left one), as the markers in the log have it.
+            # The broker's part, exact: read_committed returns the records of the committed
+            # transactions, every one, and none of the aborted ones (the kills left some), as
+            # the markers in the log have it.
             committed_totals = read_topic(b, TOTALS, "read_committed")
             done, undone = outcomes(b, TOTALS)
             assert sorted(m.offset() for m in committed_totals) == sorted(done)
