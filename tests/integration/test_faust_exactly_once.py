@@ -52,11 +52,11 @@ from tests.integration.txn_support import (
     READ_UNCOMMITTED,
     fetch_partition,
     list_latest_offset,
+    read_batches,
 )
 from tests.integration.wire import WireClient
 from tierlog.coordinator.group.group_metadata_manager import java_string_hash
 from tierlog.records.control_records import read_end_txn_marker
-from tierlog.records.record_batch import iter_headers
 
 faust = real_parts.import_module("faust", "faust-streaming (the test extra)")
 
@@ -152,22 +152,7 @@ def assert_totals_across_kills(
 def offsets_batches(b: BrokerProcess) -> list[Any]:
     """The batch headers of the group's ``__consumer_offsets`` partition, read uncommitted."""
     partition = abs(java_string_hash(GROUP)) % 50
-    c = WireClient(b.bootstrap)
-    headers: list[Any] = []
-    try:
-        offset = 0
-        while True:
-            got = fetch_partition(c, "__consumer_offsets", partition, offset, READ_UNCOMMITTED)
-            assert got.error_code == 0, got.error_code
-            batch = list(iter_headers(got.records))
-            if not batch:
-                return headers
-            headers.extend(batch)
-            offset = batch[-1].last_offset + 1
-            if offset >= got.high_watermark:
-                return headers
-    finally:
-        c.close()
+    return [h for _, h in read_batches(b.bootstrap, "__consumer_offsets", partition)]
 
 
 def outcomes(b: BrokerProcess, topic: str) -> tuple[set[int], set[int]]:
@@ -175,41 +160,25 @@ def outcomes(b: BrokerProcess, topic: str) -> tuple[set[int], set[int]]:
     is a record), read uncommitted batch by batch and sorted by how their transaction ended,
     from the markers decoded here rather than the broker's aborted-transaction lists:
     (committed or not transactional, aborted). A transaction open at the end is in neither."""
-    c = WireClient(b.bootstrap)
     committed: set[int] = set()
     aborted: set[int] = set()
     ongoing: dict[int, list[int]] = collections.defaultdict(list)  # producer id -> offsets
-    try:
-        offset = 0
-        while True:
-            got = fetch_partition(c, topic, 0, offset, READ_UNCOMMITTED)
-            assert got.error_code == 0, got.error_code
-            headers = list(iter_headers(got.records))
-            for h in headers:
-                offsets = range(h.base_offset, h.last_offset + 1)
-                if h.is_control_batch:
-                    marker = read_end_txn_marker(got.records, h)
-                    assert marker is not None, h
-                    ended = ongoing.pop(h.producer_id, [])
-                    (aborted if marker.is_abort else committed).update(ended)
-                elif h.is_transactional:
-                    ongoing[h.producer_id].extend(offsets)
-                else:
-                    committed.update(offsets)
-            if not headers or headers[-1].last_offset + 1 >= got.high_watermark:
-                return committed, aborted
-            offset = headers[-1].last_offset + 1
-    finally:
-        c.close()
+    for records, h in read_batches(b.bootstrap, topic):
+        offsets = range(h.base_offset, h.last_offset + 1)
+        if h.is_control_batch:
+            marker = read_end_txn_marker(records, h)
+            assert marker is not None, h
+            ended = ongoing.pop(h.producer_id, [])
+            (aborted if marker.is_abort else committed).update(ended)
+        elif h.is_transactional:
+            ongoing[h.producer_id].extend(offsets)
+        else:
+            committed.update(offsets)
+    return committed, aborted
 
 
 def producer_ids(b: BrokerProcess, topic: str) -> set[int]:
-    c = WireClient(b.bootstrap)
-    try:
-        got = fetch_partition(c, topic, 0, 0, READ_UNCOMMITTED, max_bytes=16 << 20)
-    finally:
-        c.close()
-    return {h.producer_id for h in iter_headers(got.records) if h.is_transactional}
+    return {h.producer_id for _, h in read_batches(b.bootstrap, topic) if h.is_transactional}
 
 
 def send_words(b: BrokerProcess, words: list[str]) -> None:

@@ -35,9 +35,9 @@ from tests.integration.txn_support import (
     READ_UNCOMMITTED,
     fetch_partition,
     list_latest_offset,
+    read_batches,
 )
 from tests.integration.wire import WireClient
-from tierlog.records.record_batch import iter_headers
 
 APP = ROOT / "tests" / "integration" / "quix" / "wordcount.py"
 GROUP = "quix-wordcount"  # the app's consumer group (wordcount.py)
@@ -177,19 +177,7 @@ def pause_in_open_transaction(
 
 
 def totals_batches(b: BrokerProcess) -> list[Any]:
-    c = WireClient(b.bootstrap)
-    headers: list[Any] = []
-    try:
-        offset = 0
-        while True:
-            got = fetch_partition(c, TOTALS, 0, offset, READ_UNCOMMITTED, max_bytes=16 << 20)
-            batch = list(iter_headers(got.records))
-            headers.extend(batch)
-            if not batch or batch[-1].last_offset + 1 >= got.high_watermark:
-                return headers
-            offset = batch[-1].last_offset + 1
-    finally:
-        c.close()
+    return [h for _, h in read_batches(b.bootstrap, TOTALS)]
 
 
 def test_quix_exactly_once_word_count_across_broker_kill(tmp_path: Path, quix_python: Path) -> None:

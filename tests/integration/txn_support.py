@@ -10,12 +10,13 @@ from __future__ import annotations
 import datetime
 import importlib
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tests.integration.wire import WireClient, request_class
 from tierlog.records import RecordBatchBuilder
+from tierlog.records.record_batch import RecordBatchHeader, iter_headers
 
 WRITE_TXN_MARKERS = 27
 READ_UNCOMMITTED = 0
@@ -169,6 +170,27 @@ def fetch_partition(
         aborted,
         bytes(p.records or b""),
     )
+
+
+def read_batches(
+    bootstrap: str, topic: str, partition: int = 0
+) -> Iterator[tuple[bytes, RecordBatchHeader]]:
+    """Every batch of a partition up to its high watermark, read uncommitted fetch after
+    fetch: (the fetched records, the batch's header in them)."""
+    c = WireClient(bootstrap)
+    try:
+        offset = 0
+        while True:
+            got = fetch_partition(c, topic, partition, offset, READ_UNCOMMITTED)
+            assert got.error_code == 0, got.error_code
+            headers = list(iter_headers(got.records))
+            for h in headers:
+                yield got.records, h
+            if not headers or headers[-1].last_offset + 1 >= got.high_watermark:
+                return
+            offset = headers[-1].last_offset + 1
+    finally:
+        c.close()
 
 
 def list_latest_offset(c: WireClient, topic: str, partition: int, isolation_level: int) -> int:
