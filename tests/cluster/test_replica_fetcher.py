@@ -120,3 +120,94 @@ def test_the_bytes_received_are_counted_for_the_topic_a_partial_batch_included(
 
 def _no_client() -> Any:
     raise AssertionError("no connection in this test")
+
+
+class _LeaderAnswers:
+    """A connected client whose leader answers ListOffsets(earliest local) with ``offset``."""
+
+    connected = True
+
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+
+    async def request(self, _request: Any, **_kwargs: Any) -> Any:
+        part = SimpleNamespace(error_code=0, offset=self.offset)
+        return SimpleNamespace(topics=[SimpleNamespace(partitions=[part])])
+
+    async def close(self) -> None:
+        pass
+
+
+def test_a_rebuild_from_remote_storage_that_ends_late_keeps_what_was_fetched_since(
+    tmp_path: Path,
+) -> None:
+    """Stop 21's CI: a new leader epoch re-adds a partition to its fetcher while its rebuild
+    from remote storage runs; the fetcher asks again, gets 109 again and starts a second
+    rebuild. The first one ends, the follower fetches the leader's local part and joins the
+    ISR; the second one, ending later, wiped that. Each rebuild now carries the fetch offset
+    the leader answered 109 to, and applies only while the log still ends there."""
+    lm = LogManager([tmp_path / "logs"], LogConfig())
+    lm.startup()
+    lm.create_topic("t", 1, {})
+    lg = lm.get_log("t", 0)
+    assert lg is not None
+    p = Partition("t", 0, lg, None, local_broker_id=1)
+    assert p.make_follower(2, 5, (1, 2), (1, 2), 0)
+    t0 = 1_700_000_000_000
+    local_part = build_batch(
+        [(t0, b"k", b"v" * 100)] * 4, base_offset=308, partition_leader_epoch=6
+    )
+    gates: list[asyncio.Event] = []
+    asked: list[tuple[int, int, int]] = []
+
+    async def tier_state_machine(
+        q: Partition, leader_local_start: int, leader_start: int, fetch_offset: int
+    ) -> None:
+        # What the broker's tier state machine does, once its remote reads are done.
+        asked.append((leader_local_start, leader_start, fetch_offset))
+        gate = asyncio.Event()
+        gates.append(gate)
+        await gate.wait()
+        q.log.restore_remote_log_aux_state(
+            leader_local_start, leader_start, [], None, expected_log_end_offset=fetch_offset
+        )
+
+    async def settle() -> None:
+        for _ in range(20):
+            await asyncio.sleep(0)
+
+    async def run() -> None:
+        f = ReplicaFetcher(
+            2, 0, FetcherConfig(broker_id=1, backoff_ms=BACKOFF_MS), lambda _b: None, _no_client,
+            lambda _p: None, tier_state_machine,
+        )  # fmt: skip
+        f._client = _LeaderAnswers(308)  # type: ignore[assignment]
+        moved = SimpleNamespace(error_code=109, log_start_offset=0)
+        f.add(p)
+        f._process_partition(p, moved)
+        await settle()
+        assert p.make_follower(2, 6, (1, 2, 3), (1, 2), 0)  # the reassignment's new epoch
+        f.remove(p)
+        f.add(p)
+        assert f._ready_partitions() == [p]
+        f._process_partition(p, moved)  # asked again from 0 while the first rebuild runs
+        await settle()
+        assert asked == [(308, 0, 0), (308, 0, 0)]
+        gates[0].set()
+        await settle()
+        assert (lg.log_start_offset, lg.log_end_offset) == (0, 308)
+        answer = SimpleNamespace(
+            error_code=0, diverging_epoch=None, records=local_part, high_watermark=312,
+            log_start_offset=0,
+        )  # fmt: skip
+        f._process_partition(p, answer)
+        assert (lg.log_end_offset, lg.size_in_bytes) == (312, len(local_part))
+        gates[1].set()  # the late one
+        await settle()
+        await f.stop()
+
+    try:
+        asyncio.run(run())
+        assert (lg.log_end_offset, lg.size_in_bytes) == (312, len(local_part))
+    finally:
+        lm.shutdown()

@@ -540,6 +540,23 @@ def test_truncate_fully_and_start_at(open_log: OpenLog, log_dir: Path) -> None:
         log.read(10, 100)
 
 
+def test_a_remote_rebuild_decided_before_the_log_moved_on_leaves_it(open_log: OpenLog) -> None:
+    """A follower's rebuild from remote storage (``restore_remote_log_aux_state``) applies only
+    while the log still ends at the fetch offset the leader answered "tiered" to: one decided
+    earlier (its remote reads still running for a fetcher the partition has left) must not
+    wipe what was fetched since."""
+    log = open_log(make_config(segment_bytes=300))
+    assert log.restore_remote_log_aux_state(500, 0, [], None, expected_log_end_offset=0)
+    fetched = build_batch(4, value_size=30, base_offset=500)  # the leader's offsets
+    log.append(fetched, assign_offsets=False)
+    before = (log.log_start_offset, log.log_end_offset, log.size_in_bytes)
+    assert before[1:] == (504, len(fetched))
+    # The second rebuild, decided at the same fetch offset 0, finishes late: nothing changes.
+    assert not log.restore_remote_log_aux_state(500, 0, [], None, expected_log_end_offset=0)
+    assert (log.log_start_offset, log.log_end_offset, log.size_in_bytes) == before
+    assert [offset for offset, *_ in kafka_decode(read_all(log, 500))] == [500, 501, 502, 503]
+
+
 def test_append_info_is_frozen(open_log: OpenLog) -> None:
     info = open_log().append(build_batch(1))
     assert isinstance(info, LogAppendInfo)

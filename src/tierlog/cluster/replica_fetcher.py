@@ -33,8 +33,8 @@ What comes back, per partition:
   local log. The fetcher asks the leader's earliest local offset (ListOffsets -4) and hands
   the partition to the tier state machine (tiered storage's
   ``tier_state_machine.build_remote_log_aux_state``, given by the broker), which rebuilds the
-  log from remote metadata; fetching resumes where it says. A follower never fetches tiered
-  data.
+  log from remote metadata, unless the log moved on from the fetch offset meanwhile;
+  fetching resumes from the log's end. A follower never fetches tiered data.
 
 A failed connection or request backs every partition of the fetcher off and reconnects.
 """
@@ -88,8 +88,10 @@ _EARLIEST_LOCAL_TIMESTAMP = -4
 #: Counts the record bytes received for one partition of a topic: (topic, bytes).
 ReplicationBytesIn = Callable[[str, int], None]
 #: Rebuilds a follower's log from remote storage: (partition, the leader's local log start
-#: offset, the leader's log start offset); returns once the log is ready to fetch again.
-TierStateMachine = Callable[["Partition", int, int], Awaitable[None]]
+#: offset, the leader's log start offset, the fetch offset the leader answered 109 to);
+#: returns once the log is ready to fetch again (left as it is when it no longer ended at
+#: that fetch offset).
+TierStateMachine = Callable[["Partition", int, int, int], Awaitable[None]]
 #: How soon a partition asks again when its leader has not applied the new state yet.
 LEADER_CATCH_UP_BACKOFF_MS = 50
 
@@ -387,11 +389,15 @@ class ReplicaFetcher:
             self._delay([p], self._config.backoff_ms / 1000)
             return
         self._delayed_until[(p.topic, p.index)] = float("inf")
-        task = asyncio.create_task(self._build_remote_log_aux_state(p, leader_log_start))
+        task = asyncio.create_task(
+            self._build_remote_log_aux_state(p, leader_log_start, p.log.log_end_offset)
+        )
         self._tier_tasks.add(task)
         task.add_done_callback(self._tier_tasks.discard)
 
-    async def _build_remote_log_aux_state(self, p: Partition, leader_log_start: int) -> None:
+    async def _build_remote_log_aux_state(
+        self, p: Partition, leader_log_start: int, fetch_offset: int
+    ) -> None:
         from kio.schema.list_offsets.v8.request import (
             ListOffsetsPartition,
             ListOffsetsRequest,
@@ -428,7 +434,7 @@ class ReplicaFetcher:
                 raise ApiError(f"ListOffsets(earliest local) of {p} from the leader: error {code}")
             if self.partitions.get(key) is not p or p.leader_id != self.leader_id:
                 return  # moved meanwhile
-            await self._tier_state_machine(p, int(part.offset), leader_log_start)
+            await self._tier_state_machine(p, int(part.offset), leader_log_start, fetch_offset)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # remote storage or the metadata not there yet; the leader gone

@@ -1005,13 +1005,19 @@ class UnifiedLog(LocalLog):
         leader_log_start_offset: int,
         epochs: list[EpochEntry],
         producer_snapshot: bytes | None,
-    ) -> None:
+        expected_log_end_offset: int | None = None,
+    ) -> bool:
         """A follower whose fetch offset is below its leader's local log (Kafka's
         ``ReplicaFetcherTierStateMachine.buildRemoteLogAuxState``): start empty at
         ``next_offset`` (one past the remote segment that holds the offset before the leader's
         local log start), with the leader's log start offset (the remote part is the
         partition's), and the leader epochs and producer state that remote segment carried,
         so the follower can lead later: truncate by epoch, answer idempotent retries.
+
+        With ``expected_log_end_offset`` (the fetch offset the leader answered "tiered" to),
+        only while the log still ends there: a rebuild decided before the log moved on (by a
+        fetcher the partition has since left, its remote reads still running in a thread)
+        must not wipe what was fetched since. False when it did nothing for that reason.
 
         Raises:
             CorruptSnapshotError: the producer snapshot is malformed (nothing changed then).
@@ -1023,6 +1029,8 @@ class UnifiedLog(LocalLog):
             else []
         )
         with self._lock:
+            if expected_log_end_offset is not None and self._leo.offset != expected_log_end_offset:
+                return False
             self._truncate_fully_and_start_at(next_offset)
             self.leader_epoch_cache.assign_entries(
                 [e for e in epochs if e.start_offset < next_offset]
@@ -1033,6 +1041,7 @@ class UnifiedLog(LocalLog):
             self.producer_state_manager.take_snapshot(next_offset)
             self._log_start_offset = min(max(leader_log_start_offset, 0), next_offset)
             self.update_highest_offset_in_remote_storage(next_offset - 1)
+        return True
 
     def _new_segment(self, base_offset: int) -> LogSegment:
         """Create the segment starting at ``base_offset`` (preallocated when the topic says

@@ -123,10 +123,15 @@ def _remote_storage_disabled(old: Mapping[str, str], new: Mapping[str, str]) -> 
 
 
 async def rebuild_from_remote_storage(
-    tiered: TieredStorage, p: Partition, leader_local_log_start: int, leader_log_start: int
+    tiered: TieredStorage,
+    p: Partition,
+    leader_local_log_start: int,
+    leader_log_start: int,
+    fetch_offset: int,
 ) -> None:
     """The replica fetchers' tier state machine: a follower below its leader's local log
-    rebuilds its log from remote metadata (in a thread: remote storage blocks)."""
+    rebuilds its log from remote metadata (in a thread: remote storage blocks), unless its
+    log moved on from ``fetch_offset`` meanwhile."""
     from tierlog.tiered.remote_log_segment_metadata import TopicIdPartition
     from tierlog.tiered.tier_state_machine import build_remote_log_aux_state
 
@@ -134,5 +139,6 @@ async def rebuild_from_remote_storage(
         raise ValueError(f"{p} has no topic id")
     tp = TopicIdPartition(p.topic_id, p.topic, p.index)
     await asyncio.to_thread(
-        build_remote_log_aux_state, tiered.rlm, tp, p.log, leader_local_log_start, leader_log_start
-    )
+        build_remote_log_aux_state,
+        tiered.rlm, tp, p.log, leader_local_log_start, leader_log_start, fetch_offset,
+    )  # fmt: skip

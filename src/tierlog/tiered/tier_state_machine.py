@@ -10,7 +10,11 @@ start, the leader answers 109; the follower asks the leader's earliest local off
 2. fetches that segment's leader-epoch checkpoint and producer snapshot, both from its ONE
    indexes object (seed 001);
 3. truncates its log fully and starts it one past that segment's end, with the leader's log
-   start offset, those epochs and that producer state (``UnifiedLog.restore_remote_log_aux_state``).
+   start offset, those epochs and that producer state (``UnifiedLog.restore_remote_log_aux_state``),
+   only if the log still ends at the fetch offset the leader answered 109 to. The remote reads
+   run in a thread that outlives the fetcher that started them (a new leader epoch moves the
+   partition to a new fetcher): a rebuild that finished after the new fetcher had fetched
+   the leader's local part wiped it from a replica in the ISR.
 
 It then fetches from there, so a new or wiped replica of a tiered partition moves only the
 leader's local part. Blocking (remote storage): the fetcher runs it in a thread.
@@ -62,8 +66,11 @@ def build_remote_log_aux_state(
     lg: Log,
     leader_local_log_start_offset: int,
     leader_log_start_offset: int,
-) -> int:
-    """Rebuild ``lg`` (a follower's log) from remote metadata; the offset to fetch from.
+    fetch_offset: int,
+) -> int | None:
+    """Rebuild ``lg`` (a follower's log, whose fetch from ``fetch_offset`` the leader answered
+    109) from remote metadata; the offset to fetch from, or None when the log no longer ends
+    at ``fetch_offset`` (it moved on meanwhile: left as it is).
 
     Raises:
         RemoteStorageError: the metadata does not have the segment yet (retry later: the
@@ -87,12 +94,19 @@ def build_remote_log_aux_state(
     except CorruptCheckpointError as e:
         raise RemoteStorageError(f"{tp}: leader epochs of {metadata}: {e}") from e
     next_offset = metadata.end_offset + 1
-    lg.restore_remote_log_aux_state(
+    if not lg.restore_remote_log_aux_state(
         next_offset,
         leader_log_start_offset,
         epochs,
         indexes.get(IndexType.PRODUCER_SNAPSHOT),
-    )
+        expected_log_end_offset=fetch_offset,
+    ):
+        log.info(
+            "follower %s: not rebuilt from remote storage, its log moved on from %d to %d "
+            "meanwhile",
+            tp, fetch_offset, lg.log_end_offset,
+        )  # fmt: skip
+        return None
     log.info(
         "follower %s rebuilt from remote segment %s [%d, %d]: fetching from %d (leader's local "
         "log starts at %d, log start %d), %d leader epochs restored",
