@@ -1,6 +1,6 @@
 """A faust-streaming word count, the stateful app of the compaction test (run as
-``python -m tests.integration.faust_wordcount worker`` with ``WORDCOUNT_BROKER`` set to the
-broker's ``host:port``).
+``python -m tests.integration.faust_wordcount worker --without-web`` with ``WORDCOUNT_BROKER``
+set to the broker's ``host:port``).
 
 Words arrive on the topic ``words`` keyed by the word (one partition, so the table's changelog
 partition is the source partition, as faust requires). Each one adds 1 to its count in the
@@ -33,7 +33,6 @@ app = faust.App(
     broker=f"kafka://{os.environ.get('WORDCOUNT_BROKER', '127.0.0.1:9092')}",
     store="memory://",
     topic_partitions=1,
-    web_enabled=False,
     broker_commit_interval=0.5,
     # A worker killed with SIGKILL leaves no LeaveGroup: its successor's rebalance waits this out.
     broker_session_timeout=10.0,

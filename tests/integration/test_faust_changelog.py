@@ -49,8 +49,11 @@ class Worker:
         self.start_offset = self.out.stat().st_size if self.out.exists() else 0
         with open(self.out, "ab") as out:
             self.proc = subprocess.Popen(
+                # --without-web: faust's worker command starts its web server on 0.0.0.0:6066
+                # whatever the app says (its --with-web default wins over web_enabled).
                 [sys.executable, "-m", "tests.integration.faust_wordcount",
-                 "--datadir", str(workdir / "faust-data"), "worker", "--loglevel", "info"],
+                 "--datadir", str(workdir / "faust-data"), "worker", "--without-web",
+                 "--loglevel", "info"],
                 stdout=out, stderr=subprocess.STDOUT, cwd=workdir, env=env,
             )  # fmt: skip
         real_parts.used("faust-streaming", f"{faust.__version__} worker")
