@@ -12,9 +12,9 @@ start, the leader answers 109; the follower asks the leader's earliest local off
 3. truncates its log fully and starts it one past that segment's end, with the leader's log
    start offset, those epochs and that producer state (``UnifiedLog.restore_remote_log_aux_state``),
    only if the log still ends at the fetch offset the leader answered 109 to. The remote reads
-   run in a thread that outlives the fetcher that started them (a new leader epoch moves the
-   partition to a new fetcher): a rebuild that finished after the new fetcher had fetched
-   the leader's local part wiped it from a replica in the ISR.
+   run in a thread that nothing cancels, and a new leader epoch re-adds the partition to a
+   fetcher, which fetches it again: a second rebuild, ending after the first one had let the
+   follower fetch the leader's local part and join the ISR, wiped that part.
 
 It then fetches from there, so a new or wiped replica of a tiered partition moves only the
 leader's local part. Blocking (remote storage): the fetcher runs it in a thread.
