@@ -1015,9 +1015,9 @@ class UnifiedLog(LocalLog):
         so the follower can lead later: truncate by epoch, answer idempotent retries.
 
         With ``expected_log_end_offset`` (the fetch offset the leader answered "tiered" to),
-        only while the log still ends there: a rebuild decided before the log moved on (by a
-        fetcher the partition has since left, its remote reads still running in a thread)
-        must not wipe what was fetched since. False when it did nothing for that reason.
+        only while the log still ends there: a rebuild decided before the log moved on (its
+        remote reads run in a thread nothing cancels, while the partition may be fetched
+        again) must not wipe what was fetched since. False when it did nothing for that reason.
 
         Raises:
             CorruptSnapshotError: the producer snapshot is malformed (nothing changed then).
