@@ -43,6 +43,19 @@ def follower() -> Partition:
     return p
 
 
+def follower_of_a_real_log(tmp_path: Path) -> tuple[LogManager, Any, Partition]:
+    """A log manager (shut it down), the log of ``t-0`` in it, and that partition as the
+    follower of broker 2 at epoch 5."""
+    lm = LogManager([tmp_path / "logs"], LogConfig())
+    lm.startup()
+    lm.create_topic("t", 1, {})
+    lg = lm.get_log("t", 0)
+    assert lg is not None
+    p = Partition("t", 0, lg, None, local_broker_id=1)
+    assert p.make_follower(2, 5, (1, 2), (1, 2), 0)
+    return lm, lg, p
+
+
 def waits_after(code: int) -> float:
     f, p = fetcher(), follower()
     f.add(p)
@@ -78,13 +91,7 @@ def test_the_bytes_received_are_counted_for_the_topic_a_partial_batch_included(
     """The manager's counter, set after its fetcher started (as the broker sets it), counts
     every record byte of a partition answered without error; the log gets the whole
     batches; an error answer counts nothing."""
-    lm = LogManager([tmp_path / "logs"], LogConfig())
-    lm.startup()
-    lm.create_topic("t", 1, {})
-    lg = lm.get_log("t", 0)
-    assert lg is not None
-    p = Partition("t", 0, lg, None, local_broker_id=1)
-    assert p.make_follower(2, 5, (1, 2), (1, 2), 0)
+    lm, lg, p = follower_of_a_real_log(tmp_path)
     t0 = 1_700_000_000_000
     whole = build_batch([(t0, b"k", b"a" * 200)] * 3, partition_leader_epoch=5)
     cut = build_batch([(t0, b"k", b"b" * 200)] * 2, base_offset=3, partition_leader_epoch=5)
@@ -146,13 +153,7 @@ def test_a_rebuild_from_remote_storage_that_ends_late_keeps_what_was_fetched_sin
     rebuild. The first one ends, the follower fetches the leader's local part and joins the
     ISR; the second one, ending later, wiped that. Each rebuild now carries the fetch offset
     the leader answered 109 to, and applies only while the log still ends there."""
-    lm = LogManager([tmp_path / "logs"], LogConfig())
-    lm.startup()
-    lm.create_topic("t", 1, {})
-    lg = lm.get_log("t", 0)
-    assert lg is not None
-    p = Partition("t", 0, lg, None, local_broker_id=1)
-    assert p.make_follower(2, 5, (1, 2), (1, 2), 0)
+    lm, lg, p = follower_of_a_real_log(tmp_path)
     t0 = 1_700_000_000_000
     local_part = build_batch(
         [(t0, b"k", b"v" * 100)] * 4, base_offset=308, partition_leader_epoch=6
