@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -188,6 +189,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "seaweedfs" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.s3)
+        # Under pytest-xdist (``--dist loadgroup``, scripts/check) a test module runs whole on
+        # one worker, so its module-scoped brokers and clusters start once; the Spark tests
+        # all on one worker, so one Spark session serves them.
+        spark = Path(__file__).parent / "spark"
+        path = Path(str(item.path))
+        group = "spark" if spark in path.parents else str(path.relative_to(Path(__file__).parent))
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -207,6 +215,28 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             f"skipped under TIERLOG_REQUIRE_REAL_PARTS=1 without a reason that starts with "
             f"{real_parts.BY_DESIGN!r}: {reason}"
         )
+
+
+def pytest_make_parametrize_id(config: pytest.Config, val: object, argname: str) -> str | None:
+    """A parameter of more than 16 bytes is named by its size, so every process collects the
+    same test names (xdist's workers must; some parameters are random bytes)."""
+    if isinstance(val, bytes | bytearray) and len(val) > 16:
+        return f"{len(val)}B"
+    return None
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """An xdist worker hands the real parts it used to the controller's summary."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["real_parts_used"] = dict(real_parts.USED)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """The controller of an xdist run: the real parts a worker used."""
+    for part, detail in getattr(node, "workeroutput", {}).get("real_parts_used", {}).items():
+        real_parts.used(part, detail)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
