@@ -32,6 +32,8 @@ Figures (``name: value unit (ratio vs baseline)``):
   ``--timeline`` prints what the brokers logged meanwhile. Automatic preferred-leader
   elections are off in this cluster, so only the signal moves leadership. Goals:
   SIGKILL <= session timeout (``zookeeper.session.timeout.ms=6000``) + 2 s; SIGTERM <= 1 s.
+  ZooKeeper ticks every 500 ms as ``make cluster``'s (``--zk-tick-ms``): it expires a session
+  up to one tick after its timeout.
   No write may fail.
 
 The cluster runs with Kafka's replica fetch limits (1 MiB per partition, 10 MiB per
@@ -68,7 +70,11 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from tests.broker_process import BrokerProcess  # noqa: E402
 
-from tierlog.tools.zookeeper_server import ZooKeeperServer, available  # noqa: E402
+from tierlog.tools.zookeeper_server import (  # noqa: E402
+    DEFAULT_TICK_TIME_MS,
+    ZooKeeperServer,
+    available,
+)
 
 SESSION_TIMEOUT_MS = 6000
 MB = 1e6
@@ -644,8 +650,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--zk-tick-ms",
         type=int,
-        default=2000,
-        help="ZooKeeper's tickTime (2000, its default: a session expires up to one tick late)",
+        default=DEFAULT_TICK_TIME_MS,
+        help=f"ZooKeeper's tickTime ({DEFAULT_TICK_TIME_MS}, tierlog's ZooKeeper's; ZooKeeper's "
+        "example zoo.cfg has 2000): a session expires up to one tick late",
     )
     ap.add_argument("--timeline", action="store_true", help="print what the brokers logged")
     ap.add_argument(
