@@ -30,6 +30,7 @@ from tierlog.errors import (
     OffsetOutOfRange,
     RecordListTooLarge,
 )
+from tierlog.log import log_retention, log_truncation
 from tierlog.log.checkpoint_file import EpochEntry, LeaderEpochCheckpointFile
 from tierlog.log.leader_epoch_file_cache import LeaderEpochFileCache
 from tierlog.log.local_log import LocalLog, LogOffsetMetadata
@@ -40,6 +41,7 @@ from tierlog.log.log_loader import (
     rebuild_producer_state,
     truncate_leader_epochs,
 )
+from tierlog.log.log_retention import DELETE_TO_HIGH_WATERMARK
 from tierlog.log.log_segment import FetchDataInfo, LogSegment, wall_clock_ms
 from tierlog.log.log_segments import LogSegments, SegmentsSnapshot
 from tierlog.log.log_validator import (
@@ -53,7 +55,7 @@ from tierlog.log.log_validator import (
     validate_keys,
 )
 from tierlog.log.partition_metadata_file import PartitionMetadataFile
-from tierlog.log.producer_state_manager import ProducerStateManager, decode_snapshot
+from tierlog.log.producer_state_manager import ProducerStateManager
 from tierlog.log.time_index import TimestampOffset
 from tierlog.log.transaction_index import AbortedTxn
 from tierlog.records.control_records import EndTransactionMarker, read_end_txn_marker
@@ -68,6 +70,7 @@ from tierlog.records.record_batch import (
 )
 
 __all__ = [
+    "DELETE_TO_HIGH_WATERMARK",
     "EARLIEST_LOCAL_TIMESTAMP",
     "EARLIEST_TIMESTAMP",
     "LATEST_TIERED_TIMESTAMP",
@@ -87,8 +90,6 @@ EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
-#: DeleteRecords: delete up to the high watermark.
-DELETE_TO_HIGH_WATERMARK = -1
 
 
 _new_tuple = tuple.__new__
@@ -744,6 +745,7 @@ class UnifiedLog(LocalLog):
         return segment
 
     # ================================================================== retention
+    # The bodies are log_retention's (Kafka's deleteOldSegments, maybeIncrementLogStartOffset).
 
     def delete_old_segments(self, now_ms: int | None = None) -> int:
         """Apply retention; returns the number of segments deleted.
@@ -756,155 +758,37 @@ class UnifiedLog(LocalLog):
         (Kafka rolls when every segment would go). With remote storage enabled the local
         retention settings apply and the local log start offset moves instead.
         """
-        with self._lock:
-            if self._closed:
-                return 0
-            now = self._time_ms() if now_ms is None else now_ms
-            deleted = self._delete_log_start_offset_breached_segments()
-            # A tiered compacted log (tierlog) applies local retention to what is tiered.
-            if self._config.delete_enabled or self.remote_log_copy_enabled:
-                deleted += self._delete_retention_size_breached_segments()
-                deleted += self._delete_retention_ms_breached_segments(now)
-            return deleted
+        return log_retention.delete_old_segments(self, now_ms)
 
     def _delete_retention_ms_breached_segments(self, now: int) -> int:
-        config = self._config
-        retention_ms = (
-            config.local_retention_ms if self.remote_log_copy_enabled else config.retention_ms
-        )
-        if retention_ms < 0:
-            return 0
-        return self._delete_segments(
-            lambda segment, _next: now - segment.largest_timestamp > retention_ms,
-            f"retention time {retention_ms}ms breach",
-        )
+        return log_retention._delete_retention_ms_breached_segments(self, now)
 
     def _delete_retention_size_breached_segments(self) -> int:
-        config = self._config
-        retention_size = (
-            config.local_retention_bytes if self.remote_log_copy_enabled else config.retention_size
-        )
-        size = self._segments.size_in_bytes()
-        if retention_size < 0 or size < retention_size:
-            return 0
-        excess = size - retention_size
-
-        def should_delete(segment: LogSegment, _next: LogSegment | None) -> bool:
-            nonlocal excess
-            if excess - segment.size >= 0:
-                excess -= segment.size
-                return True
-            return False
-
-        return self._delete_segments(should_delete, f"retention size {retention_size} breach")
+        return log_retention._delete_retention_size_breached_segments(self)
 
     def _delete_log_start_offset_breached_segments(self) -> int:
-        bound = (
-            self._local_log_start_offset if self.remote_log_copy_enabled else self._log_start_offset
-        )
-        return self._delete_segments(
-            lambda _segment, next_segment: (
-                next_segment is not None and next_segment.base_offset <= bound
-            ),
-            f"log start offset {bound} breach",
-        )
+        return log_retention._delete_log_start_offset_breached_segments(self)
 
     def _delete_segments(
         self, predicate: Callable[[LogSegment, LogSegment | None], bool], reason: str
     ) -> int:
-        deletable = self._deletable_segments(predicate)
-        if not deletable:
-            return 0
-        to_delete = list(deletable)
-        if len(to_delete) == self._segments.number_of_segments:
-            # Always keep a segment: roll a new one before deleting them all.
-            new_segment = self._roll(None)
-            if to_delete[-1].base_offset == new_segment.base_offset:
-                to_delete.pop()
-        if not to_delete:
-            return 0
-        log.info(
-            "%s: deleting segments %s due to %s", self, [s.base_offset for s in to_delete], reason
-        )
-        kept = self._segments.higher_segment(to_delete[-1].base_offset)
-        assert kept is not None  # the active segment is never deleted
-        first_base = kept.base_offset
-        # The start offset moves before the segments leave the lookup: a lock-free fetch in
-        # between finds each offset either below the local log start (a tiered one is then
-        # read from remote storage) or in a segment, never in neither -- that answered
-        # OFFSET_OUT_OF_RANGE, and consumers reset to the earliest offset.
-        self._increment_start_offset(first_base)
-        self._remove_and_delete_segments(to_delete)
-        self.producer_state_manager.delete_snapshots_before(first_base)
-        return len(to_delete)
+        return log_retention._delete_segments(self, predicate, reason)
 
     def _deletable_segments(
         self, predicate: Callable[[LogSegment, LogSegment | None], bool]
     ) -> list[LogSegment]:
-        segments = self._segments.values()
-        leo = self._leo.offset
-        high_watermark = self._high_watermark
-        hook = self.can_delete_local_segment
-        tiered = self.remote_log_copy_enabled
-        deletable: list[LogSegment] = []
-        should_roll = False
-        for i, segment in enumerate(segments):
-            next_segment = segments[i + 1] if i + 1 < len(segments) else None
-            upper_bound = next_segment.base_offset if next_segment is not None else leo
-            is_last_and_empty = next_segment is None and segment.size == 0
-            matched = high_watermark >= upper_bound and predicate(segment, next_segment)
-            if matched and tiered and next_segment is None and segment.size > 0:
-                should_roll = True  # roll so the segment can be copied, then deleted
-            if (
-                matched
-                and not is_last_and_empty
-                and (
-                    not tiered or self._is_segment_eligible_for_deletion(next_segment, upper_bound)
-                )
-                and (hook is None or hook(segment))
-            ):
-                deletable.append(segment)
-            else:
-                break
-        if should_roll:
-            self._roll(None)
-        return deletable
+        return log_retention._deletable_segments(self, predicate)
 
     def _is_segment_eligible_for_deletion(
         self, next_segment: LogSegment | None, upper_bound: int
     ) -> bool:
-        """Tiered: a local segment goes only once it is in remote storage (its last offset
-        <= the highest offset in remote storage) or below the log start offset (Kafka's
-        ``isSegmentEligibleForDeletion``)."""
-        if upper_bound > 0 and upper_bound - 1 <= self._highest_offset_in_remote_storage:
-            return True
-        return next_segment is not None and self._log_start_offset >= next_segment.base_offset
+        return log_retention._is_segment_eligible_for_deletion(self, next_segment, upper_bound)
 
     def _increment_start_offset(self, start_offset: int) -> None:
-        if self.remote_log_copy_enabled:
-            if start_offset > self._local_log_start_offset:
-                self._local_log_start_offset = start_offset
-        else:
-            self._maybe_increment_log_start_offset(start_offset)
+        log_retention._increment_start_offset(self, start_offset)
 
     def _maybe_increment_log_start_offset(self, new_log_start_offset: int) -> bool:
-        if new_log_start_offset > self._high_watermark:
-            raise OffsetOutOfRange(
-                f"cannot increment the log start offset to {new_log_start_offset} of "
-                f"{self._topic}-{self._partition}: it is larger than the high watermark "
-                f"{self._high_watermark}"
-            )
-        if self.remote_log_enabled:
-            self._local_log_start_offset = max(new_log_start_offset, self._local_log_start_offset)
-        if new_log_start_offset <= self._log_start_offset:
-            return False
-        self._log_start_offset = new_log_start_offset
-        self._local_log_start_offset = max(new_log_start_offset, self._local_log_start_offset)
-        earliest = self.leader_epoch_cache.earliest_entry
-        if earliest is not None and earliest.start_offset < new_log_start_offset:
-            self.leader_epoch_cache.truncate_from_start(new_log_start_offset)
-        self.producer_state_manager.on_log_start_offset_incremented(new_log_start_offset)
-        return True
+        return log_retention._maybe_increment_log_start_offset(self, new_log_start_offset)
 
     def maybe_increment_log_start_offset(self, new_log_start_offset: int) -> bool:
         """Raise the log start offset (never lowers it); True when it moved.
@@ -912,8 +796,7 @@ class UnifiedLog(LocalLog):
         Raises:
             OffsetOutOfRange: the offset is above the high watermark.
         """
-        with self._lock:
-            return self._maybe_increment_log_start_offset(new_log_start_offset)
+        return log_retention.maybe_increment_log_start_offset(self, new_log_start_offset)
 
     def delete_records_before(self, offset: int) -> int:
         """DeleteRecords: make ``offset`` the log start offset (-1: the high watermark);
@@ -923,13 +806,7 @@ class UnifiedLog(LocalLog):
         Raises:
             OffsetOutOfRange: ``offset`` is negative or above the high watermark.
         """
-        with self._lock:
-            if offset == DELETE_TO_HIGH_WATERMARK:
-                offset = self._high_watermark
-            if offset < 0:
-                raise OffsetOutOfRange(f"cannot delete records before negative offset {offset}")
-            self._maybe_increment_log_start_offset(offset)
-            return self._log_start_offset
+        return log_retention.delete_records_before(self, offset)
 
     # ================================================================== compaction
 
@@ -944,6 +821,7 @@ class UnifiedLog(LocalLog):
             }
 
     # ================================================================== truncation
+    # The bodies are log_truncation's (Kafka's truncateTo, truncateFullyAndStartAt).
 
     def truncate_to(self, target_offset: int) -> bool:
         """Remove every batch holding an offset >= ``target_offset`` (a follower diverging
@@ -952,52 +830,11 @@ class UnifiedLog(LocalLog):
         Raises:
             ValueError: negative ``target_offset``.
         """
-        if target_offset < 0:
-            raise ValueError(f"cannot truncate {self} to a negative offset {target_offset}")
-        with self._lock:
-            if target_offset >= self._leo.offset:
-                # Nothing to remove from the log, but an epoch may start at its end: this
-                # broker was elected leader (the epoch assigned at its log end offset) and
-                # lost leadership before appending. That entry must go, or the follower
-                # keeps sending it as its last fetched epoch and diverges forever (Kafka's
-                # truncateTo does the same).
-                self.leader_epoch_cache.truncate_from_end(self._leo.offset)
-                self._latest_epoch = self.leader_epoch_cache.latest_epoch
-                return False
-            first_base = self._segments.first_segment_base_offset
-            if first_base is None or first_base > target_offset:
-                self._truncate_fully_and_start_at(target_offset)
-                return True
-            later = [s for s in self._segments.values() if s.base_offset > target_offset]
-            self._remove_and_delete_segments(later)
-            active = self._segments.active_segment
-            active.truncate_to(target_offset)
-            self._leo = LogOffsetMetadata(target_offset, active.base_offset, active.size)
-            self._hw_metadata = None
-            self.leader_epoch_cache.truncate_from_end(target_offset)
-            self._latest_epoch = self.leader_epoch_cache.latest_epoch
-            self._log_start_offset = min(target_offset, self._log_start_offset)
-            self._local_log_start_offset = min(target_offset, self._local_log_start_offset)
-            rebuild_producer_state(
-                self.producer_state_manager,
-                self._segments,
-                self._log_start_offset,
-                target_offset,
-                self._time_ms(),
-            )
-            if self._high_watermark > target_offset:
-                self._high_watermark = target_offset
-            with self._flush_lock:
-                if self._recovery_point > target_offset:
-                    self._recovery_point = target_offset
-            return True
+        return log_truncation.truncate_to(self, target_offset)
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
         """Delete every segment and start empty at ``new_offset`` (log start offset too)."""
-        if new_offset < 0:
-            raise ValueError(f"cannot start {self} at a negative offset {new_offset}")
-        with self._lock:
-            self._truncate_fully_and_start_at(new_offset)
+        log_truncation.truncate_fully_and_start_at(self, new_offset)
 
     def restore_remote_log_aux_state(
         self,
@@ -1023,25 +860,14 @@ class UnifiedLog(LocalLog):
             CorruptSnapshotError: the producer snapshot is malformed (nothing changed then).
             OSError: the checkpoint or snapshot could not be written.
         """
-        producers = (
-            decode_snapshot(producer_snapshot, f"remote producer snapshot of {self}")
-            if producer_snapshot is not None
-            else []
+        return log_truncation.restore_remote_log_aux_state(
+            self,
+            next_offset,
+            leader_log_start_offset,
+            epochs,
+            producer_snapshot,
+            expected_log_end_offset,
         )
-        with self._lock:
-            if expected_log_end_offset is not None and self._leo.offset != expected_log_end_offset:
-                return False
-            self._truncate_fully_and_start_at(next_offset)
-            self.leader_epoch_cache.assign_entries(
-                [e for e in epochs if e.start_offset < next_offset]
-            )
-            self._latest_epoch = self.leader_epoch_cache.latest_epoch
-            for entry in producers:
-                self.producer_state_manager.load_producer_entry(entry)
-            self.producer_state_manager.take_snapshot(next_offset)
-            self._log_start_offset = min(max(leader_log_start_offset, 0), next_offset)
-            self.update_highest_offset_in_remote_storage(next_offset - 1)
-        return True
 
     def _new_segment(self, base_offset: int) -> LogSegment:
         """Create the segment starting at ``base_offset`` (preallocated when the topic says
@@ -1059,21 +885,7 @@ class UnifiedLog(LocalLog):
         return segment
 
     def _truncate_fully_and_start_at(self, new_offset: int) -> None:
-        # Unlink first: a new segment may reuse a removed one's file names, while readers
-        # holding the old segment keep reading its unlinked files.
-        for removed in self._segments.clear():
-            removed.delete_if_exists()
-        self._new_segment(new_offset)
-        self._leo = LogOffsetMetadata(new_offset, new_offset, 0)
-        self._hw_metadata = None
-        self.leader_epoch_cache.clear_and_flush()
-        self._latest_epoch = None
-        self.producer_state_manager.truncate_fully_and_start_at(new_offset)
-        self._log_start_offset = new_offset
-        self._local_log_start_offset = new_offset
-        self._high_watermark = new_offset
-        with self._flush_lock:
-            self._recovery_point = new_offset
+        log_truncation._truncate_fully_and_start_at(self, new_offset)
 
     # ================================================================== close and delete
 
