@@ -604,7 +604,7 @@ def test_background_retention_deletes_old_segments(make):
     time.sleep(0.05)
     assert lg.number_of_segments == segments_before  # not expired yet
     clock.now += 120_000
-    # The log start offset moves before the segments leave (UnifiedLog._delete_segments):
+    # The log start offset moves before the segments leave (log_retention._delete_segments):
     # both are waited for.
     assert wait_until(lambda: lg.log_start_offset == 6 and lg.number_of_segments == 1)
 

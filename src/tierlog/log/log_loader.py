@@ -25,9 +25,11 @@ Steps, in Kafka's order:
    log start offset (stale local data): replace every segment with an empty one there.
 5. The last segment's indexes are grown back to ``segment.index.bytes`` (it is active).
 
-Leader epochs and producer state are the caller's (:class:`~tierlog.log.log.Log`): recovery
-feeds leader epochs of the batches it validates to the cache, and the producer map is rebuilt
-afterwards from the latest snapshot plus a replay of the log (see :func:`rebuild_producer_state`).
+Leader epochs and producer state are :func:`open_log`'s, the body of
+:meth:`UnifiedLog.open <tierlog.log.unified_log.UnifiedLog.open>` (Kafka's ``UnifiedLog.apply``),
+which also reads the topic id (``partition.metadata``) and builds the log: recovery feeds leader
+epochs of the batches it validates to the cache, and the producer map is rebuilt afterwards from
+the latest snapshot plus a replay of the log (see :func:`rebuild_producer_state`).
 """
 
 from __future__ import annotations
@@ -35,24 +37,32 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import uuid
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tierlog.errors import CorruptIndexError
+from tierlog.errors import CorruptCheckpointError, CorruptIndexError, InconsistentTopicId
 from tierlog.log import log_file_utils as lfu
+from tierlog.log.checkpoint_file import LeaderEpochCheckpointFile
 from tierlog.log.file_records import FileRecords
 from tierlog.log.leader_epoch_file_cache import LeaderEpochFileCache
 from tierlog.log.log_config import LogConfig
 from tierlog.log.log_segment import LogSegment, wall_clock_ms
 from tierlog.log.log_segments import LogSegments
+from tierlog.log.partition_metadata_file import PartitionMetadataFile
 from tierlog.log.producer_state_manager import ProducerStateManager
 from tierlog.records.control_records import EndTransactionMarker, read_end_txn_marker
 from tierlog.records.record_batch import NO_PRODUCER_ID, RecordBatchHeader
 
+if TYPE_CHECKING:
+    from tierlog.log.unified_log import UnifiedLog
+
 __all__ = [
     "LoadedLogOffsets",
     "LogLoader",
+    "open_log",
     "rebuild_leader_epochs",
     "rebuild_producer_state",
     "truncate_leader_epochs",
@@ -422,3 +432,107 @@ def rebuild_leader_epochs(cache: LeaderEpochFileCache, segments: LogSegments) ->
                 latest = epoch
     if entries:
         cache.assign_entries(entries)
+
+
+def open_log(
+    log_class: type[UnifiedLog],
+    dir: Path,
+    config: LogConfig,
+    *,
+    log_start_offset: int | None = None,
+    recovery_point: int = 0,
+    topic_id: uuid.UUID | None = None,
+    had_clean_shutdown: bool = False,
+    time_ms: Callable[[], int] = wall_clock_ms,
+    high_watermark: int | None = None,
+) -> UnifiedLog:
+    """The body of :meth:`UnifiedLog.open <tierlog.log.unified_log.UnifiedLog.open>` (Kafka's
+    ``UnifiedLog.apply``): the topic id, the leader epoch cache, the segments (loaded by a
+    :class:`LogLoader`) and the producer state of the log in ``dir``, and the log built over
+    them. ``log_class`` is that method's ``cls``: this module, which
+    :mod:`~tierlog.log.unified_log` imports, need not import it back."""
+    dir = Path(dir)
+    try:
+        dir.mkdir(parents=True)
+        new = True  # nothing to read: no partition.metadata, no snapshots
+    except FileExistsError:
+        new = False
+    topic_id = _load_topic_id(dir, topic_id, new)
+
+    checkpoint = LeaderEpochCheckpointFile(LeaderEpochCheckpointFile.new_file(dir))
+    rebuild_epochs = False
+    try:
+        leader_epoch_cache = LeaderEpochFileCache(checkpoint)
+    except CorruptCheckpointError as e:
+        log.warning("%s: %s; rebuilding the leader epoch cache from the log", dir, e)
+        checkpoint.path.unlink(missing_ok=True)
+        leader_epoch_cache = LeaderEpochFileCache(checkpoint)
+        rebuild_epochs = True
+
+    segments = LogSegments()
+    loader = LogLoader(
+        dir,
+        config,
+        segments,
+        log_start_offset_checkpoint=log_start_offset,
+        recovery_point_checkpoint=recovery_point,
+        had_clean_shutdown=had_clean_shutdown,
+        leader_epoch_cache=leader_epoch_cache,
+        time_ms=time_ms,
+        remote_log_enabled=config.remote_storage_enable,
+    )
+    offsets = loader.load()
+    if rebuild_epochs:
+        rebuild_leader_epochs(leader_epoch_cache, segments)
+        truncate_leader_epochs(leader_epoch_cache, offsets.log_start_offset, offsets.log_end_offset)
+
+    producer_state_manager = ProducerStateManager(dir, load_snapshots=False)
+    if not new:
+        producer_state_manager.remove_stray_snapshots(segments.base_offsets())
+    rebuild_producer_state(
+        producer_state_manager,
+        segments,
+        offsets.log_start_offset,
+        offsets.log_end_offset,
+        time_ms(),
+        loader.recovered,
+    )
+    return log_class(
+        dir,
+        config,
+        segments,
+        log_start_offset=offsets.log_start_offset,
+        recovery_point=offsets.recovery_point,
+        log_end_offset=offsets.log_end_offset,
+        high_watermark=high_watermark,
+        leader_epoch_cache=leader_epoch_cache,
+        producer_state_manager=producer_state_manager,
+        topic_id=topic_id,
+        time_ms=time_ms,
+    )
+
+
+def _load_topic_id(dir: Path, topic_id: uuid.UUID | None, new: bool) -> uuid.UUID | None:
+    """The topic id of the log in ``dir``; ``topic_id`` (the caller's, e.g. the topic
+    registry's) is written to ``partition.metadata`` when the file lacks it.
+
+    Written without fsync: whoever passes a topic id keeps it durably elsewhere (the broker's
+    topic registry, written before the log is opened), which restores a file lost or torn by
+    a machine crash; :meth:`PartitionMetadataFile.flush` makes it durable when it must be.
+    """
+    metadata = PartitionMetadataFile(PartitionMetadataFile.new_file(dir))
+    existing = None
+    try:
+        if not new:
+            existing = metadata.read()
+    except CorruptCheckpointError as e:
+        log.warning("%s: %s; ignoring it", dir, e)
+    if topic_id is None:
+        return existing
+    if existing is not None and existing != topic_id:
+        raise InconsistentTopicId(
+            f"topic id {topic_id} does not match {existing} in {metadata.path}"
+        )
+    if existing != topic_id:
+        metadata.write(topic_id, durable=False)
+    return topic_id

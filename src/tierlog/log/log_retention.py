@@ -5,9 +5,9 @@ start offset; with tiered storage by the local retention settings, only once in 
 storage, moving the local log start offset -- and the log start offset DeleteRecords, remote
 expiration and followers raise.
 
-The functions are the bodies of UnifiedLog's methods of the same names (the public ones say
-there what they do and raise). The private ones run under the log's lock, which their callers
-hold; reads never take it (see :mod:`~tierlog.log.unified_log`).
+The public functions are the bodies of UnifiedLog's methods of the same names, which say what
+they do and raise; the private ones are their helpers and run under the log's lock, which
+their callers hold; reads never take it (see :mod:`~tierlog.log.unified_log`).
 
 Friend of :class:`~tierlog.log.unified_log.UnifiedLog` (its lock, segments and offsets): one
 job, kept out of that module's size.
@@ -44,11 +44,15 @@ def delete_old_segments(lg: UnifiedLog, now_ms: int | None = None) -> int:
         if lg._closed:
             return 0
         now = lg._time_ms() if now_ms is None else now_ms
-        deleted = lg._delete_log_start_offset_breached_segments()
+        deleted = _delete_log_start_offset_breached_segments(
+            lg,
+        )
         # A tiered compacted log (tierlog) applies local retention to what is tiered.
         if lg._config.delete_enabled or lg.remote_log_copy_enabled:
-            deleted += lg._delete_retention_size_breached_segments()
-            deleted += lg._delete_retention_ms_breached_segments(now)
+            deleted += _delete_retention_size_breached_segments(
+                lg,
+            )
+            deleted += _delete_retention_ms_breached_segments(lg, now)
         return deleted
 
 
@@ -57,7 +61,8 @@ def _delete_retention_ms_breached_segments(lg: UnifiedLog, now: int) -> int:
     retention_ms = config.local_retention_ms if lg.remote_log_copy_enabled else config.retention_ms
     if retention_ms < 0:
         return 0
-    return lg._delete_segments(
+    return _delete_segments(
+        lg,
         lambda segment, _next: now - segment.largest_timestamp > retention_ms,
         f"retention time {retention_ms}ms breach",
     )
@@ -80,12 +85,13 @@ def _delete_retention_size_breached_segments(lg: UnifiedLog) -> int:
             return True
         return False
 
-    return lg._delete_segments(should_delete, f"retention size {retention_size} breach")
+    return _delete_segments(lg, should_delete, f"retention size {retention_size} breach")
 
 
 def _delete_log_start_offset_breached_segments(lg: UnifiedLog) -> int:
     bound = lg._local_log_start_offset if lg.remote_log_copy_enabled else lg._log_start_offset
-    return lg._delete_segments(
+    return _delete_segments(
+        lg,
         lambda _segment, next_segment: (
             next_segment is not None and next_segment.base_offset <= bound
         ),
@@ -96,7 +102,7 @@ def _delete_log_start_offset_breached_segments(lg: UnifiedLog) -> int:
 def _delete_segments(
     lg: UnifiedLog, predicate: Callable[[LogSegment, LogSegment | None], bool], reason: str
 ) -> int:
-    deletable = lg._deletable_segments(predicate)
+    deletable = _deletable_segments(lg, predicate)
     if not deletable:
         return 0
     to_delete = list(deletable)
@@ -115,7 +121,7 @@ def _delete_segments(
     # between finds each offset either below the local log start (a tiered one is then
     # read from remote storage) or in a segment, never in neither -- that answered
     # OFFSET_OUT_OF_RANGE, and consumers reset to the earliest offset.
-    lg._increment_start_offset(first_base)
+    _increment_start_offset(lg, first_base)
     lg._remove_and_delete_segments(to_delete)
     lg.producer_state_manager.delete_snapshots_before(first_base)
     return len(to_delete)
@@ -141,7 +147,7 @@ def _deletable_segments(
         if (
             matched
             and not is_last_and_empty
-            and (not tiered or lg._is_segment_eligible_for_deletion(next_segment, upper_bound))
+            and (not tiered or _is_segment_eligible_for_deletion(lg, next_segment, upper_bound))
             and (hook is None or hook(segment))
         ):
             deletable.append(segment)
@@ -168,7 +174,7 @@ def _increment_start_offset(lg: UnifiedLog, start_offset: int) -> None:
         if start_offset > lg._local_log_start_offset:
             lg._local_log_start_offset = start_offset
     else:
-        lg._maybe_increment_log_start_offset(start_offset)
+        _maybe_increment_log_start_offset(lg, start_offset)
 
 
 def _maybe_increment_log_start_offset(lg: UnifiedLog, new_log_start_offset: int) -> bool:
@@ -194,7 +200,7 @@ def _maybe_increment_log_start_offset(lg: UnifiedLog, new_log_start_offset: int)
 def maybe_increment_log_start_offset(lg: UnifiedLog, new_log_start_offset: int) -> bool:
     """The body of :meth:`UnifiedLog.maybe_increment_log_start_offset`."""
     with lg._lock:
-        return lg._maybe_increment_log_start_offset(new_log_start_offset)
+        return _maybe_increment_log_start_offset(lg, new_log_start_offset)
 
 
 def delete_records_before(lg: UnifiedLog, offset: int) -> int:
@@ -204,5 +210,5 @@ def delete_records_before(lg: UnifiedLog, offset: int) -> int:
             offset = lg._high_watermark
         if offset < 0:
             raise OffsetOutOfRange(f"cannot delete records before negative offset {offset}")
-        lg._maybe_increment_log_start_offset(offset)
+        _maybe_increment_log_start_offset(lg, offset)
         return lg._log_start_offset

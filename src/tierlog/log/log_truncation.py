@@ -5,8 +5,8 @@ local log from what remote storage holds (Kafka's
 ``ReplicaFetcherTierStateMachine.buildRemoteLogAuxState``: leader epochs, producer state, log
 start offset).
 
-The functions are the bodies of UnifiedLog's methods of the same names (the public ones say
-there what they do and raise). ``_truncate_fully_and_start_at`` runs under the log's lock,
+The public functions are the bodies of UnifiedLog's methods of the same names, which say what
+they do and raise; their helper ``_truncate_fully_and_start_at`` runs under the log's lock,
 which its callers hold.
 
 Friend of :class:`~tierlog.log.unified_log.UnifiedLog` (its lock, segments, offsets, leader
@@ -48,7 +48,7 @@ def truncate_to(lg: UnifiedLog, target_offset: int) -> bool:
             return False
         first_base = lg._segments.first_segment_base_offset
         if first_base is None or first_base > target_offset:
-            lg._truncate_fully_and_start_at(target_offset)
+            _truncate_fully_and_start_at(lg, target_offset)
             return True
         later = [s for s in lg._segments.values() if s.base_offset > target_offset]
         lg._remove_and_delete_segments(later)
@@ -80,7 +80,7 @@ def truncate_fully_and_start_at(lg: UnifiedLog, new_offset: int) -> None:
     if new_offset < 0:
         raise ValueError(f"cannot start {lg} at a negative offset {new_offset}")
     with lg._lock:
-        lg._truncate_fully_and_start_at(new_offset)
+        _truncate_fully_and_start_at(lg, new_offset)
 
 
 def restore_remote_log_aux_state(
@@ -100,7 +100,7 @@ def restore_remote_log_aux_state(
     with lg._lock:
         if expected_log_end_offset is not None and lg._leo.offset != expected_log_end_offset:
             return False
-        lg._truncate_fully_and_start_at(next_offset)
+        _truncate_fully_and_start_at(lg, next_offset)
         lg.leader_epoch_cache.assign_entries([e for e in epochs if e.start_offset < next_offset])
         lg._latest_epoch = lg.leader_epoch_cache.latest_epoch
         for entry in producers:

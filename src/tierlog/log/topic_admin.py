@@ -234,7 +234,7 @@ def _flush_partition_metadata(lm: LogManager, name: str, num_partitions: int) ->
     """Make the topic's ``partition.metadata`` files durable before its tombstone is.
 
     They are written without fsync (the registry is the durable record of a topic id,
-    see :func:`~tierlog.log.log._load_topic_id`), but once the registry forgets the topic
+    see :func:`~tierlog.log.log_loader._load_topic_id`), but once the registry forgets the topic
     only the file tells a partition dir that survived a machine crash before its rename
     (its id is tombstoned: removed) from one to adopt. A file that cannot be flushed is
     logged: the delete goes on (the next startup adopts such a dir at worst).
@@ -419,8 +419,9 @@ def next_log_dir(counts: dict[Path, int]) -> Path:
 
 
 def _write_new_file(path: Path, data: bytes) -> None:
-    """Create ``path`` holding ``data``, without fsync (see :func:`~tierlog.log.log.
-    _load_topic_id`: a machine crash may leave it missing or torn, the registry restores it).
+    """Create ``path`` holding ``data``, without fsync (see
+    :func:`~tierlog.log.log_loader._load_topic_id`: a machine crash may leave it missing or
+    torn, the registry restores it).
 
     Raises:
         OSError: it exists, or the write failed.

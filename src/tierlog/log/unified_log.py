@@ -23,24 +23,20 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from tierlog.errors import (
-    CorruptCheckpointError,
-    InconsistentTopicId,
-    InvalidRecord,
-    OffsetOutOfRange,
-    RecordListTooLarge,
-)
-from tierlog.log import log_retention, log_truncation
-from tierlog.log.checkpoint_file import EpochEntry, LeaderEpochCheckpointFile
+from tierlog.errors import InvalidRecord, OffsetOutOfRange, RecordListTooLarge
+from tierlog.log import log_list_offsets, log_retention, log_truncation
+from tierlog.log.checkpoint_file import EpochEntry
 from tierlog.log.leader_epoch_file_cache import LeaderEpochFileCache
 from tierlog.log.local_log import LocalLog, LogOffsetMetadata
 from tierlog.log.log_config import LogConfig
-from tierlog.log.log_loader import (
-    LogLoader,
-    rebuild_leader_epochs,
-    rebuild_producer_state,
-    truncate_leader_epochs,
+from tierlog.log.log_list_offsets import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
 )
+from tierlog.log.log_loader import open_log
 from tierlog.log.log_retention import DELETE_TO_HIGH_WATERMARK
 from tierlog.log.log_segment import FetchDataInfo, LogSegment, wall_clock_ms
 from tierlog.log.log_segments import LogSegments, SegmentsSnapshot
@@ -54,7 +50,6 @@ from tierlog.log.log_validator import (
     to_batch_header,
     validate_keys,
 )
-from tierlog.log.partition_metadata_file import PartitionMetadataFile
 from tierlog.log.producer_state_manager import ProducerStateManager
 from tierlog.log.time_index import TimestampOffset
 from tierlog.log.transaction_index import AbortedTxn
@@ -83,14 +78,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-#: ListOffsets special timestamps (Kafka's ListOffsetsRequest).
-LATEST_TIMESTAMP = -1
-EARLIEST_TIMESTAMP = -2
-MAX_TIMESTAMP = -3
-EARLIEST_LOCAL_TIMESTAMP = -4
-LATEST_TIERED_TIMESTAMP = -5
-
 
 _new_tuple = tuple.__new__
 _RECORDS_COUNT_OFFSET = RECORDS_COUNT_OFFSET
@@ -149,10 +136,12 @@ class UnifiedLog(LocalLog):
         #: Tiered storage gates local deletion on the remote copy state; None allows all.
         self.can_delete_local_segment: Callable[[LogSegment], bool] | None = None
         #: Tiered storage: highest offset copied to remote storage (-1: none), advanced by the
-        #: RemoteLogManager. Gates local deletion (see _is_segment_eligible_for_deletion).
+        #: RemoteLogManager. Gates local deletion (see
+        #: log_retention._is_segment_eligible_for_deletion).
         self._highest_offset_in_remote_storage = -1
 
     # ================================================================== open
+    # The body is log_loader's open_log (Kafka's UnifiedLog.apply).
 
     @classmethod
     def open(
@@ -177,66 +166,16 @@ class UnifiedLog(LocalLog):
             InconsistentTopicId: ``partition.metadata`` names another topic id.
             OSError: the directory or a file could not be read or written.
         """
-        dir = Path(dir)
-        try:
-            dir.mkdir(parents=True)
-            new = True  # nothing to read: no partition.metadata, no snapshots
-        except FileExistsError:
-            new = False
-        topic_id = _load_topic_id(dir, topic_id, new)
-
-        checkpoint = LeaderEpochCheckpointFile(LeaderEpochCheckpointFile.new_file(dir))
-        rebuild_epochs = False
-        try:
-            leader_epoch_cache = LeaderEpochFileCache(checkpoint)
-        except CorruptCheckpointError as e:
-            log.warning("%s: %s; rebuilding the leader epoch cache from the log", dir, e)
-            checkpoint.path.unlink(missing_ok=True)
-            leader_epoch_cache = LeaderEpochFileCache(checkpoint)
-            rebuild_epochs = True
-
-        segments = LogSegments()
-        loader = LogLoader(
+        return open_log(
+            cls,
             dir,
             config,
-            segments,
-            log_start_offset_checkpoint=log_start_offset,
-            recovery_point_checkpoint=recovery_point,
-            had_clean_shutdown=had_clean_shutdown,
-            leader_epoch_cache=leader_epoch_cache,
-            time_ms=time_ms,
-            remote_log_enabled=config.remote_storage_enable,
-        )
-        offsets = loader.load()
-        if rebuild_epochs:
-            rebuild_leader_epochs(leader_epoch_cache, segments)
-            truncate_leader_epochs(
-                leader_epoch_cache, offsets.log_start_offset, offsets.log_end_offset
-            )
-
-        producer_state_manager = ProducerStateManager(dir, load_snapshots=False)
-        if not new:
-            producer_state_manager.remove_stray_snapshots(segments.base_offsets())
-        rebuild_producer_state(
-            producer_state_manager,
-            segments,
-            offsets.log_start_offset,
-            offsets.log_end_offset,
-            time_ms(),
-            loader.recovered,
-        )
-        return cls(
-            dir,
-            config,
-            segments,
-            log_start_offset=offsets.log_start_offset,
-            recovery_point=offsets.recovery_point,
-            log_end_offset=offsets.log_end_offset,
-            high_watermark=high_watermark,
-            leader_epoch_cache=leader_epoch_cache,
-            producer_state_manager=producer_state_manager,
+            log_start_offset=log_start_offset,
+            recovery_point=recovery_point,
             topic_id=topic_id,
+            had_clean_shutdown=had_clean_shutdown,
             time_ms=time_ms,
+            high_watermark=high_watermark,
         )
 
     # ================================================================== properties
@@ -660,6 +599,7 @@ class UnifiedLog(LocalLog):
             self._hw_metadata = metadata
         return metadata
 
+    # The body is log_list_offsets' (Kafka's fetchOffsetByTimestamp).
     def offset_for_timestamp(self, target_timestamp: int) -> TimestampOffset | None:
         """ListOffsets: the first offset whose record timestamp is >= ``target_timestamp``.
 
@@ -673,34 +613,7 @@ class UnifiedLog(LocalLog):
         Raises:
             ValueError: another negative timestamp.
         """
-        if target_timestamp == EARLIEST_TIMESTAMP:
-            return TimestampOffset(NO_TIMESTAMP, self._log_start_offset)
-        if target_timestamp == EARLIEST_LOCAL_TIMESTAMP:
-            return TimestampOffset(NO_TIMESTAMP, self._local_log_start_offset)
-        if target_timestamp == LATEST_TIMESTAMP:
-            return TimestampOffset(NO_TIMESTAMP, self._leo.offset)
-        if target_timestamp == LATEST_TIERED_TIMESTAMP:
-            tiered = self._highest_offset_in_remote_storage if self.remote_log_enabled else -1
-            return TimestampOffset(NO_TIMESTAMP, tiered)
-        segments = self._segments.values()
-        if target_timestamp == MAX_TIMESTAMP:
-            best: LogSegment | None = None
-            for segment in segments:
-                if best is None or segment.max_timestamp_so_far > best.max_timestamp_so_far:
-                    best = segment
-            if best is None or best.max_timestamp_so_far < 0:
-                return None
-            found = best.offset_of_max_timestamp()
-            return TimestampOffset(*found) if found is not None else None
-        if target_timestamp < 0:
-            raise ValueError(f"unsupported special timestamp {target_timestamp}")
-        start = self._log_start_offset
-        for segment in segments:
-            if segment.largest_timestamp >= target_timestamp:
-                found = segment.find_offset_by_timestamp(target_timestamp, start)
-                if found is not None:
-                    return TimestampOffset(*found)
-        return None
+        return log_list_offsets.offset_for_timestamp(self, target_timestamp)
 
     # ================================================================== roll and flush
 
@@ -759,36 +672,6 @@ class UnifiedLog(LocalLog):
         retention settings apply and the local log start offset moves instead.
         """
         return log_retention.delete_old_segments(self, now_ms)
-
-    def _delete_retention_ms_breached_segments(self, now: int) -> int:
-        return log_retention._delete_retention_ms_breached_segments(self, now)
-
-    def _delete_retention_size_breached_segments(self) -> int:
-        return log_retention._delete_retention_size_breached_segments(self)
-
-    def _delete_log_start_offset_breached_segments(self) -> int:
-        return log_retention._delete_log_start_offset_breached_segments(self)
-
-    def _delete_segments(
-        self, predicate: Callable[[LogSegment, LogSegment | None], bool], reason: str
-    ) -> int:
-        return log_retention._delete_segments(self, predicate, reason)
-
-    def _deletable_segments(
-        self, predicate: Callable[[LogSegment, LogSegment | None], bool]
-    ) -> list[LogSegment]:
-        return log_retention._deletable_segments(self, predicate)
-
-    def _is_segment_eligible_for_deletion(
-        self, next_segment: LogSegment | None, upper_bound: int
-    ) -> bool:
-        return log_retention._is_segment_eligible_for_deletion(self, next_segment, upper_bound)
-
-    def _increment_start_offset(self, start_offset: int) -> None:
-        log_retention._increment_start_offset(self, start_offset)
-
-    def _maybe_increment_log_start_offset(self, new_log_start_offset: int) -> bool:
-        return log_retention._maybe_increment_log_start_offset(self, new_log_start_offset)
 
     def maybe_increment_log_start_offset(self, new_log_start_offset: int) -> bool:
         """Raise the log start offset (never lowers it); True when it moved.
@@ -884,9 +767,6 @@ class UnifiedLog(LocalLog):
         self._segments.add(segment)
         return segment
 
-    def _truncate_fully_and_start_at(self, new_offset: int) -> None:
-        log_truncation._truncate_fully_and_start_at(self, new_offset)
-
     # ================================================================== close and delete
 
     def close(self) -> None:
@@ -923,29 +803,3 @@ def _only_empty_batches(buf: bytes) -> bool:
             return False
         pos += int.from_bytes(buf[pos + 8 : pos + 12], "big") + LOG_OVERHEAD
     return pos == n
-
-
-def _load_topic_id(dir: Path, topic_id: uuid.UUID | None, new: bool) -> uuid.UUID | None:
-    """The topic id of the log in ``dir``; ``topic_id`` (the caller's, e.g. the topic
-    registry's) is written to ``partition.metadata`` when the file lacks it.
-
-    Written without fsync: whoever passes a topic id keeps it durably elsewhere (the broker's
-    topic registry, written before the log is opened), which restores a file lost or torn by
-    a machine crash; :meth:`PartitionMetadataFile.flush` makes it durable when it must be.
-    """
-    metadata = PartitionMetadataFile(PartitionMetadataFile.new_file(dir))
-    existing = None
-    try:
-        if not new:
-            existing = metadata.read()
-    except CorruptCheckpointError as e:
-        log.warning("%s: %s; ignoring it", dir, e)
-    if topic_id is None:
-        return existing
-    if existing is not None and existing != topic_id:
-        raise InconsistentTopicId(
-            f"topic id {topic_id} does not match {existing} in {metadata.path}"
-        )
-    if existing != topic_id:
-        metadata.write(topic_id, durable=False)
-    return topic_id
