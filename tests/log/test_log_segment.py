@@ -215,6 +215,48 @@ def test_read_size_limits(tmp_path: Path) -> None:
     segment.close()
 
 
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    sizes=st.lists(st.integers(1, 30), min_size=1, max_size=30),
+    interval=st.sampled_from([0, 50, 200, 1000, 4096]),
+    first=st.integers(0, 29),
+    max_size=st.integers(1, 6000),
+    min_one=st.booleans(),
+    bound=st.booleans(),
+)
+def test_a_whole_batches_read_ends_at_the_last_batch_it_holds_whole(
+    tmp_path_factory: pytest.TempPathFactory,
+    sizes: list[int],
+    interval: int,
+    first: int,
+    max_size: int,
+    min_one: bool,
+    bound: bool,
+) -> None:
+    """A follower's read: the same bytes as a plain read, cut after its last whole batch,
+    whatever the index looks like (the cut walks headers from an index entry)."""
+    segment = open_segment(tmp_path_factory.mktemp("seg"), 100, index_interval_bytes=interval)
+    layout = fill(segment, sizes)
+    first %= len(layout)
+    base, _last, start, _size = layout[first]
+    max_position = layout[-1][2] if bound and first < len(layout) - 1 else None
+    plain = segment.read(base, max_size, max_position, min_one)
+    whole = segment.read(base, max_size, max_position, min_one, whole_batches=True)
+    assert plain is not None and whole is not None
+    ends = [
+        p + n - start for _b, _l, p, n in layout[first:] if max_position is None or p < max_position
+    ]
+    fitting = [e for e in ends if e <= len(plain.records)]
+    if fitting:
+        assert whole.records == plain.records[: fitting[-1]]
+    else:  # not even the first batch whole (no min_one_message): left as it was read
+        assert whole.records == plain.records and not min_one
+    assert whole.first_entry_incomplete == plain.first_entry_incomplete
+    segment.close()
+
+
 def test_recover_rebuilds_identical_indexes_and_cuts_garbage(tmp_path: Path) -> None:
     segment = open_segment(tmp_path, index_interval_bytes=100)
     layout = fill(segment, [3] * 30)

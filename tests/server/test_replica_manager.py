@@ -235,3 +235,19 @@ def test_flush_messages_partitions_append_in_a_thread_in_order(rm, log_manager):
     assert lg.recovery_point == lg.log_end_offset == 12  # fsynced
     bad = asyncio.run(rm.append_records_in_thread("fsync", 0, b"junk"))
     assert bad.error_code == 2
+
+
+def test_a_follower_gets_whole_batches_where_a_consumer_gets_a_cut_one(rm):
+    """A cut last batch is Kafka's answer to a consumer (it skips it); a follower would drop it
+    and fetch it again, so the leader stops its read at the last whole batch."""
+    sizes = [len(b) for b in (batch(40), batch(40), batch(40))]
+    for _ in sizes:
+        rm.append_records("t", 0, batch(40))
+    limit = sizes[0] + sizes[1] + sizes[2] // 2
+    (consumer,), *_ = rm.fetch_once([_req(0, 0, limit)], max_bytes=1 << 20, isolation_level=0)
+    (follower,), *_ = rm.fetch_once(
+        [_req(0, 0, limit)], max_bytes=1 << 20, isolation_level=0, replica_id=2
+    )
+    assert len(consumer.records) == limit
+    assert bytes(follower.records) == bytes(consumer.records)[: sizes[0] + sizes[1]]
+    assert [r.offset for _, recs in iter_records(follower.records) for r in recs] == list(range(80))

@@ -68,6 +68,8 @@ __all__ = ["FetchDataInfo", "LogSegment", "RollParams", "TimestampAndOffset"]
 log = logging.getLogger(__name__)
 
 INT32_MAX = 2**31 - 1
+#: Bytes read at a time when walking batch headers to cut a follower's read at a batch end.
+_CUT_SCAN_BYTES = 4096
 #: Bytes read per system call while recovering a segment.
 RECOVERY_CHUNK_SIZE = 8 << 20
 #: Bytes read per system call while scanning headers to the end of a segment.
@@ -746,12 +748,15 @@ class LogSegment:
         max_size: int,
         max_position: int | None = None,
         min_one_message: bool = False,
+        whole_batches: bool = False,
     ) -> FetchDataInfo | None:
         """Up to ``max_size`` bytes from the batch holding ``start_offset``, not past byte
         ``max_position``; None when ``start_offset`` is past the end of the segment.
 
         With ``min_one_message`` the first batch is returned whole even when it is larger
-        than ``max_size``. Otherwise the data may end with a partial batch.
+        than ``max_size``. Otherwise the data may end with a partial batch, unless
+        ``whole_batches``: then it ends at the last batch it holds whole (a follower's read:
+        the follower drops a partial batch and fetches it again, so sending it is waste).
 
         Raises:
             ValueError: negative ``max_size``.
@@ -771,6 +776,14 @@ class LogSegment:
             return _fetch_data_info(start_offset, b"", False)
         limit = size_snapshot if max_position is None else min(max_position, size_snapshot)
         fetch_size = min(limit - start_position, adjusted_max_size)
+        if whole_batches and fetch_size > batch_size:
+            # Walk the headers from the last index entry before the end (at most
+            # index.interval.bytes and one batch away): the first batch always fits here.
+            end = start_position + fetch_size
+            cut = max(self.offset_index.position_floor(end), start_position)
+            for header in log_records.batches_from(cut, end, buffer_size=_CUT_SCAN_BYTES):
+                cut = header.position + header.size_in_bytes
+            fetch_size = cut - start_position
         data = log_records.read(start_position, fetch_size) if fetch_size > 0 else b""
         return _fetch_data_info(start_offset, data, adjusted_max_size < batch_size)
 

@@ -93,6 +93,16 @@ class OffsetIndex(AbstractIndex):
                 return OffsetPosition(self._base_offset, 0)
             return self._parse_entry(buf, slot)
 
+    def position_floor(self, position: int) -> int:
+        """The byte position of the last entry at or before ``position`` (0 when there is
+        none): a batch starts there."""
+        with self._remap_lock:
+            buf = self._buffer()
+            slot = largest_lower_bound_slot(
+                buf, self._entries, position, ENTRY_SIZE, _POSITION_AT, _INT32
+            )
+            return 0 if slot == -1 else self._parse_entry(buf, slot).position
+
     def fetch_upper_bound_offset(
         self, fetch_offset: OffsetPosition, fetch_size: int
     ) -> OffsetPosition | None:

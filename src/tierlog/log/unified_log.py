@@ -488,12 +488,13 @@ class UnifiedLog(LocalLog):
         *,
         max_offset: int | None = None,
         min_one_message: bool = True,
+        whole_batches: bool = False,
     ) -> FetchDataInfo:
         """Raw batch bytes from the batch holding ``start_offset``, at most ``max_length``
         bytes (the first batch whole when ``min_one_message``), ending before ``max_offset``
         (exclusive, at a batch boundary; e.g. the high watermark). The data may end with a
-        partial batch. ``start_offset`` equal to the log end offset (or to ``max_offset``)
-        gives empty records. Lock-free.
+        partial batch, unless ``whole_batches`` (a follower's read). ``start_offset`` equal to
+        the log end offset (or to ``max_offset``) gives empty records. Lock-free.
 
         Raises:
             OffsetOutOfRange: ``start_offset`` is outside [log start offset, log end offset]
@@ -525,7 +526,9 @@ class UnifiedLog(LocalLog):
             if segment.base_offset > end.segment_base_offset:
                 break
             max_position = end.position if segment.base_offset == end.segment_base_offset else None
-            info = segment.read(start_offset, max_length, max_position, min_one_message)
+            info = segment.read(
+                start_offset, max_length, max_position, min_one_message, whole_batches
+            )
             if info is not None:
                 records = info.records
                 if (

@@ -125,7 +125,15 @@ def read_partition(
     ):
         return result
     try:
-        data = lg.read(fetch_offset, max_bytes, max_offset=upper, min_one_message=min_one_message)
+        data = lg.read(
+            fetch_offset,
+            max_bytes,
+            max_offset=upper,
+            min_one_message=min_one_message,
+            # A follower keeps whole batches only (Kafka's fetcher too): a cut one would be
+            # sent now and again on its next fetch.
+            whole_batches=replica_id >= 0,
+        )
     except OffsetOutOfRange:
         # The local segment may have been deleted (tiered) since the check above.
         if _plan_remote_read(
