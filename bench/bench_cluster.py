@@ -59,6 +59,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -68,6 +69,7 @@ sys.path.insert(0, str(ROOT))
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 from tests.broker_process import BrokerProcess  # noqa: E402
 
 from tierlog.tools.zookeeper_server import (  # noqa: E402
@@ -94,6 +96,32 @@ def cpu_seconds(pid: int) -> float:
 
 def brokers_cpu(brokers: list[BrokerProcess]) -> float:
     return sum(cpu_seconds(b.proc.pid) for b in brokers if b.proc is not None and b.alive())
+
+
+def request_counts(brokers: list[BrokerProcess]) -> tuple[float, float, float]:
+    """(Produce requests, Fetch requests served, record bytes received by replica fetchers),
+    summed over the brokers' ``/metrics``. The bench's clients only produce, so every Fetch
+    is a follower's."""
+    produces = requests = received = 0.0
+    for b in brokers:
+        if b.metrics_port is None or not b.alive():
+            continue
+        url = f"http://127.0.0.1:{b.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            for family in text_string_to_metric_families(r.read().decode()):
+                for sample in family.samples:
+                    if sample.name == "kafka_network_RequestMetrics_RequestsPerSec_total":
+                        if sample.labels.get("request") == "Fetch":
+                            requests += sample.value
+                        elif sample.labels.get("request") == "Produce":
+                            produces += sample.value
+                    elif (
+                        sample.name
+                        == "kafka_server_BrokerTopicMetrics_ReplicationBytesInPerSec_total"
+                        and "topic" not in sample.labels
+                    ):
+                        received += sample.value
+    return produces, requests, received
 
 
 # --------------------------------------------------------------------------- processes
@@ -129,6 +157,7 @@ def start_cluster(
                 # in the middle of a failover round would be measured as the failover
                 "auto.leader.rebalance.enable=false",
                 *fetch,
+                metrics=True,
             )
         )
     for b in brokers:
@@ -309,13 +338,24 @@ def one_run(
     create_topic(brokers, topic, args.partitions, rf)
     os.sync()  # every run starts with no dirty pages (see raw_write)
     with profiling(brokers, profile, name):
+        produces0, fetches0, received0 = request_counts(brokers)
         cpu0 = brokers_cpu(brokers)
         dt = produce(
             bootstrap(brokers), topic, args.records, args.record_size, args.partitions, acks
         )
         cpu = brokers_cpu(brokers) - cpu0
+        produces1, fetches1, received1 = request_counts(brokers)
     total_mb = args.records * args.record_size / MB
-    print(f"#   {name}: {total_mb / dt:.1f} MB/s, {cpu:.2f} cpu s", flush=True)
+    fetched = ""
+    if produces1 > produces0:
+        fetched = f", {produces1 - produces0:,.0f} produce requests"
+    if fetches1 > fetches0:
+        fetches, received = fetches1 - fetches0, received1 - received0
+        fetched += (
+            f", {fetches:,.0f} replica fetches of {received / fetches / 1024:,.0f} KiB on "
+            f"average ({received / MB / total_mb:.2f}x the bytes produced)"
+        )
+    print(f"#   {name}: {total_mb / dt:.1f} MB/s, {cpu:.2f} cpu s{fetched}", flush=True)
     return dt, cpu
 
 
@@ -336,7 +376,7 @@ def run_throughput(work: Path, zk: ZooKeeperServer, args: argparse.Namespace) ->
     line("baseline raw write, 1 copy", raw1, "MB/s", 1.0, "itself")
     line("baseline raw write, 3 copies at once", raw3, "MB/s of data", raw3 / raw1, "1 copy")
     (work / "single").mkdir()
-    single = BrokerProcess(work / "single", "offsets.topic.num.partitions=3")
+    single = BrokerProcess(work / "single", "offsets.topic.num.partitions=3", metrics=True)
     brokers: list[BrokerProcess] = []
     runs: dict[str, list[tuple[float, float]]] = {"single": [], "rf3": [], "rf1": []}
     try:
