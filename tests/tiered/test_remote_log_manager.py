@@ -5,8 +5,10 @@ deletion. Faults are in test_remote_log_manager_faults.py."""
 from __future__ import annotations
 
 import itertools
+import threading
 import urllib.request
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,11 @@ import pytest
 from tierlog.errors import OffsetOutOfRange, RemoteStorageError
 from tierlog.records.default_records import build_batch, read_records
 from tierlog.records.record_batch import iter_headers
-from tierlog.tiered import RemoteLogSegmentState, TopicIdPartition
+from tierlog.tiered import (
+    InMemoryRemoteLogMetadataManager,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+)
 from tierlog.tiered.metrics import start_metrics_server
 from tierlog.tiered.remote_log_manager import (
     RemoteLogManagerConfig,
@@ -27,7 +33,7 @@ from tierlog.tiered.remote_log_segment_metadata import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
 )
-from tierlog.tiered.storage import EventType
+from tierlog.tiered.storage import EventType, LogSegmentData, PyArrowRemoteStorageManager
 
 from .tiered_harness import HOUR, T0, TOPIC_ID, World, config
 
@@ -394,6 +400,69 @@ def test_segments_being_copied_are_not_expired(world: World) -> None:
     assert world.rlmm.list_remote_log_segments(world.tp) == []
 
 
+def test_a_copy_finishing_during_expiration_is_not_deleted_as_dangling(tmp_path) -> None:
+    """Expiration lists a segment while its copy is in flight (COPY_SEGMENT_STARTED); the copy
+    finishes, the local segment may go, and only then does expiration ask whether the segment
+    is being copied: it is not, but it is not dangling either -- it is the only copy left."""
+    uploading, upload = threading.Event(), threading.Event()
+
+    class GatedRSM(PyArrowRemoteStorageManager):
+        def copy_log_segment_data(
+            self, metadata: RemoteLogSegmentMetadata, segment_data: LogSegmentData
+        ) -> bytes | None:
+            uploading.set()
+            assert upload.wait(30)  # the timeout only bounds a hang
+            return super().copy_log_segment_data(metadata, segment_data)
+
+    class ListingHookRLMM(InMemoryRemoteLogMetadataManager):
+        """Runs ``after_listing_all`` once, after the next listing of every segment."""
+
+        after_listing_all: Callable[[], None] | None = None
+
+        def list_remote_log_segments(
+            self, tp: TopicIdPartition, leader_epoch: int | None = None
+        ) -> list[RemoteLogSegmentMetadata]:
+            segments = super().list_remote_log_segments(tp, leader_epoch)
+            hook = self.after_listing_all
+            if leader_epoch is None and hook is not None:
+                self.after_listing_all = None
+                hook()
+            return segments
+
+    rlmm = ListingHookRLMM()
+    w = World(
+        tmp_path,
+        topic_config=config(local_retention_ms=0, retention_ms=-1),
+        rsm=GatedRSM(f"file://{tmp_path / 'remote'}"),
+        rlmm=rlmm,
+    )
+    try:
+        w.fill_segments(2)
+        first = w.log.segments.values()[0]
+        end = w.log.segments.values()[1].base_offset - 1
+        expected = w.local_bytes()[: first.size]
+        copier = threading.Thread(target=w.rlm.run_copy, args=(w.tp,))
+        copier.start()
+        assert uploading.wait(30)
+        assert states(w) == [(0, end, "COPY_SEGMENT_STARTED")]
+
+        def copy_finishes_and_local_retention_runs() -> None:
+            upload.set()
+            copier.join()
+            w.clock.now = T0 + HOUR
+            w.log.delete_old_segments()
+
+        rlmm.after_listing_all = copy_finishes_and_local_retention_runs
+        w.rlm.run_expiration(w.tp)
+        assert rlmm.after_listing_all is None  # the interleaving happened
+        assert w.log.local_log_start_offset == end + 1  # the local copy is gone
+        assert states(w) == [(0, end, "COPY_SEGMENT_FINISHED")]
+        assert w.remote_bytes(0, end + 1) == expected
+    finally:
+        upload.set()
+        w.close()
+
+
 # ---------------------------------------------------------------------------------- timestamps
 
 
@@ -726,7 +795,9 @@ def test_scheduled_tasks_with_concurrent_appends_and_retention_lose_nothing(tmp_
         w.log.roll()
         w.log.update_high_watermark(w.log.log_end_offset)
         leo = w.log.log_end_offset
-        deadline = time.monotonic() + 10
+        # A poll for what must happen (the copies, then local retention, get there); the
+        # deadline only bounds a hang, ample for a loaded machine.
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline and w.log.local_log_start_offset < leo:
             time.sleep(0.02)
     finally:
@@ -734,7 +805,11 @@ def test_scheduled_tasks_with_concurrent_appends_and_retention_lose_nothing(tmp_
         t.join()
     try:
         assert not errors
-        assert w.log.local_log_start_offset == leo  # everything tiered, nothing left locally
+        # everything tiered, nothing left locally
+        assert w.log.local_log_start_offset == leo, (
+            w.log.highest_offset_in_remote_storage,
+            states(w)[-3:],
+        )
         data = w.remote_bytes(0, leo)
         offsets = [r.offset for h in iter_headers(data) for r in read_records(data, h)]
         assert offsets == list(range(leo))

@@ -13,7 +13,10 @@ epochs the leader knows that are not in its lineage (offsets an uncleanly electe
 had) are deleted too, where Kafka leaves them until total retention; segments of a later epoch
 than the leader's own stay (a newer leader's). Dangling COPY_SEGMENT_STARTED segments
 (a crash or a failed copy of an earlier run or broker) and dangling DELETE_SEGMENT_STARTED ones
-are deleted again, so a restart converges: no STARTED state left, no orphan objects.
+are deleted again, so a restart converges: no STARTED state left, no orphan objects. Such a
+segment is dangling only if no copy has it in flight and its state, read again after that check,
+is still STARTED (a copy that finished after the listing is COPY_SEGMENT_FINISHED by then, and
+may be the only copy of its offsets left).
 
 **tierlog:** on compacted topics the same run then lets the remote compactor
 (:mod:`.remote_log_compactor`) finish an interrupted swap and re-compact the remote segments:
@@ -201,13 +204,25 @@ class RLMExpirationTask(RemoteLogManagerCore):
                         dict(md.segment_leader_epochs), lineage,
                     )  # fmt: skip
                     to_delete[md.remote_log_segment_id.id] = md
-        # Dangling COPY_SEGMENT_STARTED (not ours in flight) and DELETE_SEGMENT_STARTED.
-        for md in all_segments:
-            sid = md.remote_log_segment_id.id
-            with st.lock:
-                copying = sid in st.being_copied
-            if not copying and md.state in (_S.COPY_SEGMENT_STARTED, _S.DELETE_SEGMENT_STARTED):
-                to_delete.setdefault(sid, md)
+        # Dangling COPY_SEGMENT_STARTED (not ours in flight) and DELETE_SEGMENT_STARTED. A
+        # segment listed STARTED that is no longer being copied may have finished since it was
+        # listed -- COPY_SEGMENT_FINISHED, its local segment perhaps deleted already: deleting
+        # it would lose its offsets. Its state is read again after the in-flight check: a copy
+        # leaves being_copied only after it published its last state, so the second listing
+        # shows that state.
+        dangling_states = (_S.COPY_SEGMENT_STARTED, _S.DELETE_SEGMENT_STARTED)
+        with st.lock:
+            in_flight = set(st.being_copied)
+        dangling = {
+            md.remote_log_segment_id.id
+            for md in all_segments
+            if md.state in dangling_states and md.remote_log_segment_id.id not in in_flight
+        }
+        if dangling:
+            for md in self.rlmm.list_remote_log_segments(tp):
+                sid = md.remote_log_segment_id.id
+                if sid in dangling and md.state in dangling_states:
+                    to_delete.setdefault(sid, md)
         lag_bytes = sum(x.segment_size_in_bytes for x in to_delete.values())
         lag_segments = len(to_delete)
         m.delete_lag_bytes.set(lag_bytes)
