@@ -256,6 +256,26 @@ def test_roll_on_segment_bytes(open_log: OpenLog) -> None:
     assert [s.base_offset for s in log.segments.values()] == list(range(0, 40, 2 * per_segment))
 
 
+def test_a_rolled_segment_shows_only_once_its_producer_snapshot_is_written(
+    open_log: OpenLog,
+) -> None:
+    """The copy to remote storage reads the segments without the log's lock and uploads the
+    snapshot at the next segment's base offset: a new segment must not show before it."""
+    log = open_log(make_config())
+    log.append(build_batch(2, producer_id=7, producer_epoch=0, base_sequence=0))
+    seen: list[int | None] = []
+    add = log.segments.add
+
+    def add_and_look(segment):  # what a reader sees the moment the segment shows
+        add(segment)
+        found = log.producer_state_manager.snapshot_file_for(segment.base_offset)
+        seen.append(None if found is None else segment.base_offset)
+
+    log.segments.add = add_and_look  # type: ignore[method-assign]
+    log.roll()
+    assert seen == [2]
+
+
 def test_roll_on_segment_ms(open_log: OpenLog, clock: Clock) -> None:
     log = open_log(make_config(segment_ms=1000))
     log.append(build_batch(1, timestamp=clock.now))

@@ -652,10 +652,13 @@ class UnifiedLog(LocalLog):
                 f"cannot roll {self} to {new_offset}: the active segment starts at "
                 f"{active.base_offset}"
             )
+        # The snapshot before the new segment shows: the copy to remote storage reads
+        # segments without the lock, and a rolled segment seen before its snapshot was there
+        # got an empty one uploaded (its producer state lost in the remote copy).
+        self.producer_state_manager.take_snapshot(new_offset)
         active.on_become_inactive_segment()
         segment = self._new_segment(new_offset)
         self._leo = LogOffsetMetadata(leo, new_offset, 0)
-        self.producer_state_manager.take_snapshot(new_offset)
         self._schedule_flush(new_offset)
         log.debug("%s: rolled new segment at offset %d", self, new_offset)
         return segment
