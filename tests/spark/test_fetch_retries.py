@@ -45,6 +45,7 @@ from kio.static.primitive import i32
 from tests.integration.proxy import recv_exact_or_none
 from tests.spark.conftest import BrokerProcess, create_topic, produce
 from tierlog.errors import ApiError, for_code
+from tierlog.spark.fetch_client import BrokerAddress, KafkaClient
 from tierlog.spark.options import SourceOptions, parse_source_options
 from tierlog.spark.planning import OffsetRange
 from tierlog.spark.read import read_range
@@ -442,3 +443,26 @@ def test_oversized_batch_grows_the_fetch_size(
         at_big = [f.max_bytes for f in proxy.fetches if f.offset == 10]
         assert at_big == [1024, 4096, 16384, 65536]
         assert all(f.records <= f.max_bytes for f in proxy.fetches)  # the proxy did cut
+
+
+def test_a_leader_that_refuses_connections_is_looked_up_again(
+    broker: BrokerProcess, topic: str
+) -> None:
+    """A leader killed while the driver plans (seen in a CI run: a SIGKILL during
+    ``partitions()``): the connection to it is refused, and the next attempt must ask the
+    metadata again instead of going back to the dead broker until the retries run out."""
+    client = KafkaClient(broker.bootstrap, timeout_s=5)
+    try:
+        client.metadata([topic])
+        with socket.socket() as s:  # a port nobody listens on: what a dead broker leaves
+            s.bind(("127.0.0.1", 0))
+            dead = s.getsockname()[1]
+        (leader,) = [n for n in client._brokers]  # one broker, the leader
+        client._brokers[leader] = BrokerAddress("127.0.0.1", dead, leader)
+        with pytest.raises(ConnectionRefusedError):
+            client.leader_connection(topic, 0)
+        conn = client.leader_connection(topic, 0)  # metadata again: the live address
+        assert client._brokers[leader].port == int(broker.bootstrap.rsplit(":", 1)[1])
+        assert conn is not None
+    finally:
+        client.close()

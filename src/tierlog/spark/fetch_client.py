@@ -328,7 +328,13 @@ class KafkaClient:
             node = self._leaders.get((topic, partition))
         if node is None or node < 0 or node not in self._brokers:
             raise LeaderNotAvailable(f"no leader known for {topic}-{partition}")
-        return self.connection(self._brokers[node])
+        try:
+            return self.connection(self._brokers[node])
+        except OSError:
+            # The leader may be dead: the next attempt asks the metadata again, or every
+            # retry would go to the same dead broker however long the failover takes.
+            self._leaders.pop((topic, partition), None)
+            raise
 
     def broker_address(self, node_id: int) -> BrokerAddress | None:
         """The address of a broker learned from Metadata."""
