@@ -346,16 +346,16 @@ def one_run(
         cpu = brokers_cpu(brokers) - cpu0
         produces1, fetches1, received1 = request_counts(brokers)
     total_mb = args.records * args.record_size / MB
-    fetched = ""
+    requests = ""
     if produces1 > produces0:
-        fetched = f", {produces1 - produces0:,.0f} produce requests"
+        requests = f", {produces1 - produces0:,.0f} produce requests"
     if fetches1 > fetches0:
         fetches, received = fetches1 - fetches0, received1 - received0
-        fetched += (
+        requests += (
             f", {fetches:,.0f} replica fetches of {received / fetches / 1024:,.0f} KiB on "
             f"average ({received / MB / total_mb:.2f}x the bytes produced)"
         )
-    print(f"#   {name}: {total_mb / dt:.1f} MB/s, {cpu:.2f} cpu s{fetched}", flush=True)
+    print(f"#   {name}: {total_mb / dt:.1f} MB/s, {cpu:.2f} cpu s{requests}", flush=True)
     return dt, cpu
 
 
