@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
+
+import hypothesis
 
 
 def tierlog(broker, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -120,6 +123,20 @@ def test_serve_refuses_unknown_keys_and_bad_values(tmp_path):
         )
         assert r.returncode != 0
         assert key in r.stderr
+
+
+def test_a_broker_process_keeps_hypothesis_out(broker):
+    """kio registers a hypothesis strategy for its types whenever hypothesis imports, and
+    one of them builds a table of characters cached under ``.hypothesis/`` in the working
+    directory: 2.5 s of CPU and 200 MB at every start of a broker in a new directory. The
+    broker keeps hypothesis out (``tierlog.cli._without_kio_test_strategies``), so nothing
+    appears there although hypothesis is installed here."""
+    assert hypothesis.__version__  # installed: the broker could import it
+    assert broker.proc is not None
+    cwd = Path(f"/proc/{broker.proc.pid}/cwd").readlink()
+    assert cwd == broker.workdir.resolve()
+    assert (cwd / "broker.log").exists()
+    assert not (cwd / ".hypothesis").exists(), sorted(p.name for p in cwd.iterdir())
 
 
 def test_bulk_produce_shows_progress_on_a_terminal_only(broker, unique):
