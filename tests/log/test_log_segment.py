@@ -481,9 +481,9 @@ def test_recover_with_small_read_chunks(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
 ) -> None:
     """Batches straddling the recovery buffer, and batches larger than it."""
-    from tierlog.log import log_segment
+    from tierlog.log import log_segment_recovery
 
-    monkeypatch.setattr(log_segment, "RECOVERY_CHUNK_SIZE", chunk)
+    monkeypatch.setattr(log_segment_recovery, "RECOVERY_CHUNK_SIZE", chunk)
     segment = open_segment(tmp_path, index_interval_bytes=100)
     layout = fill(segment, [1, 7, 2, 12, 1, 5] * 4)
     entries = segment.offset_index.entries_list()

@@ -25,21 +25,27 @@ early.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import struct
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
+from tierlog.errors import CorruptRecordError, InvalidRecord, UnsupportedCompressionType
 from tierlog.log.file_handle_cache import CachedHandle, FileHandleCache, file_handle_cache
 from tierlog.records.record_batch import (
     HEADER_STRUCT,
     LOG_OVERHEAD,
     RECORD_BATCH_OVERHEAD,
+    TIMESTAMP_TYPE_MASK,
     RecordBatchHeader,
 )
+
+log = logging.getLogger(__name__)
 
 #: Smallest legal batchLength (a batch with no records).
 MIN_BATCH_LENGTH = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD
@@ -465,3 +471,59 @@ class FileRecords:
                 max_timestamp = header.max_timestamp
                 offset = header.last_offset
         return TimestampAndOffset(max_timestamp, offset)
+
+    def search_for_timestamp(
+        self, target_timestamp: int, starting_position: int, starting_offset: int
+    ) -> TimestampAndOffset | None:
+        """The first record at or after ``starting_position`` with timestamp >= target and
+        offset >= ``starting_offset`` (Kafka's ``searchForTimestamp``): batch headers are
+        scanned for the first batch whose maxTimestamp reaches the target, and its records
+        are decoded to find the exact record. None when there is no such record."""
+        for header in self.batches_from(starting_position):
+            if header.max_timestamp < target_timestamp or header.last_offset < starting_offset:
+                continue
+            found = self._first_record_in_batch(
+                header, lambda ts: ts >= target_timestamp, starting_offset
+            )
+            if found is not None:
+                return found
+        return None
+
+    def search_for_max_timestamp(
+        self, max_timestamp: int, starting_position: int
+    ) -> TimestampAndOffset | None:
+        """The first record holding ``max_timestamp`` in the first batch from
+        ``starting_position`` whose maxTimestamp is it (ListOffsets -3); the batch's last
+        offset when no record of it matches; None when no batch has it."""
+        for header in self.batches_from(starting_position):
+            if header.max_timestamp == max_timestamp:
+                found = self._first_record_in_batch(header, lambda ts: ts == max_timestamp, 0)
+                return found or TimestampAndOffset(max_timestamp, header.last_offset)
+        return None
+
+    def _first_record_in_batch(
+        self, header: RecordBatchHeader, matches: Callable[[int], bool], starting_offset: int
+    ) -> TimestampAndOffset | None:
+        """The first record of the batch with offset >= ``starting_offset`` whose timestamp
+        ``matches``; decodes (and decompresses) the batch unless it is LogAppendTime."""
+        if header.attributes & TIMESTAMP_TYPE_MASK:
+            # LogAppendTime: every record has the batch's max timestamp; no decoding needed.
+            if matches(header.max_timestamp) and header.last_offset >= starting_offset:
+                return TimestampAndOffset(
+                    header.max_timestamp, max(header.base_offset, starting_offset)
+                )
+            return None
+        from tierlog.records.default_records import read_records
+
+        data = self.read(header.position, header.size_in_bytes)
+        try:
+            records = read_records(data, replace(header, position=0), bounded=True)
+        except (CorruptRecordError, InvalidRecord, UnsupportedCompressionType) as e:
+            log.warning("cannot decode batch at %d of %s: %s", header.position, self, e)
+            if matches(header.max_timestamp) and header.last_offset >= starting_offset:
+                return TimestampAndOffset(header.max_timestamp, header.last_offset)
+            return None
+        for record in records:
+            if record.offset >= starting_offset and matches(record.timestamp):
+                return TimestampAndOffset(record.timestamp, record.offset)
+        return None

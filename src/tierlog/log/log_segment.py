@@ -26,36 +26,26 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tierlog.errors import (
-    CorruptRecordError,
-    InvalidRecord,
     LogSegmentOffsetOverflowError,
-    UnsupportedCompressionType,
 )
 from tierlog.log import log_file_utils as lfu
 from tierlog.log.file_records import (
-    MIN_BATCH_LENGTH,
     FileRecords,
     LogOffsetPosition,
     TimestampAndOffset,
 )
+from tierlog.log.log_segment_recovery import grow, scan_segment
 from tierlog.log.offset_index import OffsetIndex, OffsetPosition
 from tierlog.log.time_index import TimeIndex
 from tierlog.log.transaction_index import AbortedTxn, TransactionIndex, TxnIndexSearchResult
 from tierlog.records.record_batch import (
-    CRC_START,
-    CURRENT_MAGIC,
-    HEADER_STRUCT,
-    LOG_OVERHEAD,
-    NO_PRODUCER_ID,
     RECORD_BATCH_OVERHEAD,
-    TIMESTAMP_TYPE_MASK,
     RecordBatchHeader,
-    crc32c,
 )
 
 if TYPE_CHECKING:
@@ -70,8 +60,6 @@ log = logging.getLogger(__name__)
 INT32_MAX = 2**31 - 1
 #: Bytes read at a time when walking batch headers to cut a follower's read at a batch end.
 _CUT_SCAN_BYTES = 4096
-#: Bytes read per system call while recovering a segment.
-RECOVERY_CHUNK_SIZE = 8 << 20
 #: Bytes read per system call while scanning headers to the end of a segment.
 TAIL_SCAN_BUFFER_SIZE = 64 << 10
 
@@ -134,12 +122,6 @@ def random_segment_jitter(config: LogConfig) -> int:
     if jitter == 0:
         return 0
     return random.randrange(min(jitter, config.segment_ms))
-
-
-def _grow(index: OffsetIndex | TimeIndex) -> None:
-    """Grow an index back to its maximum size (it may have been trimmed)."""
-    if index.max_index_size > index.file_length:
-        index.resize(index.max_index_size)
 
 
 def _replace_suffix(path: Path, old: str, new: str) -> Path:
@@ -353,145 +335,41 @@ class LogSegment:
         *,
         max_batch_size: int = INT32_MAX,
     ) -> int:
-        """Validate every batch, rebuild both indexes and cut the log at the first bad batch.
-
-        A batch is valid when it is complete, has magic 2, a length in
-        ``[49, max_batch_size]``, a matching CRC-32C, non-negative counts, and offsets that
-        increase and fit this segment. (A valid CRC with an out-of-range baseOffset -- the
-        CRC does not cover it -- is treated as corruption, where Kafka would split the
-        segment.) Leader epochs and producer state seen in valid batches are fed to the
-        given cache and manager. Returns the number of bytes truncated.
-
-        Reads the file in large chunks into one reusable buffer and checks CRCs on
-        memoryview slices, so no batch is copied.
+        """Validate every batch, rebuild both indexes and cut the log at the first bad batch
+        (:func:`~tierlog.log.log_segment_recovery.scan_segment` says which batches are
+        valid). Leader epochs and producer state seen in valid batches are fed to the given
+        cache and manager. Returns the number of bytes truncated.
 
         Raises:
             OSError: the file could not be read or truncated.
         """
         offset_index = self.offset_index
         time_index = self.time_index
-        base = self.base_offset
-        interval = self.index_interval_bytes
-        file_size = self.log.size_in_bytes()
         # Empty both indexes but grow them only once they fill up: a trimmed index rebuilt
         # for the same data fits exactly, and every resize remaps the file.
         offset_index.truncate()
         time_index.truncate()
         # Rebuilt by the log's replay of producer state (log_loader.rebuild_producer_state).
         self.txn_index.reset()
-        max_ts = -1
-        offset_of_max_ts = base
-        valid = 0
-        last_index_entry = 0
-        next_expected = base
-        latest_epoch = leader_epoch_cache.latest_epoch if leader_epoch_cache is not None else None
-
-        buf = bytearray(min(RECOVERY_CHUNK_SIZE, max(file_size, RECORD_BATCH_OVERHEAD)))
-        view = memoryview(buf)
-        buf_start = 0
-        buf_end = 0  # file positions covered by buf
-        unpack = HEADER_STRUCT.unpack_from
-        reason = ""
-        try:
-            while True:
-                remaining = file_size - valid
-                if remaining < RECORD_BATCH_OVERHEAD:
-                    if remaining:
-                        reason = "a partial batch header"
-                    break
-                if valid + RECORD_BATCH_OVERHEAD > buf_end:
-                    buf_start = valid
-                    buf_end = valid + self.log.read_into(view, valid)
-                    if buf_end - valid < RECORD_BATCH_OVERHEAD:
-                        reason = "a short read"
-                        break
-                off = valid - buf_start
-                fields = unpack(buf, off)
-                (
-                    base_offset,
-                    length,
-                    epoch,
-                    magic,
-                    crc,
-                    _attributes,
-                    last_offset_delta,
-                    _base_ts,
-                    batch_max_ts,
-                    producer_id,
-                    _producer_epoch,
-                    _base_sequence,
-                    records_count,
-                ) = fields
-                size = length + LOG_OVERHEAD
-                if length < MIN_BATCH_LENGTH or size > max_batch_size:
-                    reason = f"an impossible batch length {length}"
-                    break
-                if magic != CURRENT_MAGIC:
-                    reason = f"magic {magic}"
-                    break
-                if size > remaining:
-                    reason = f"a batch of {size} bytes with {remaining} bytes left"
-                    break
-                if valid + size > buf_end:
-                    if size > len(buf):
-                        buf = bytearray(size)
-                        view = memoryview(buf)
-                    buf_start = valid
-                    buf_end = valid + self.log.read_into(view, valid)
-                    if buf_end - valid < size:
-                        reason = "a short read"
-                        break
-                    off = 0
-                if crc32c(view[off + CRC_START : off + size]) != crc:
-                    reason = "a CRC mismatch"
-                    break
-                last_offset = base_offset + last_offset_delta
-                if last_offset_delta < 0 or records_count < 0:
-                    reason = "negative counts"
-                    break
-                if base_offset < next_expected or last_offset - base > INT32_MAX:
-                    reason = f"offsets [{base_offset}, {last_offset}] out of order or range"
-                    break
-
-                if batch_max_ts > max_ts:
-                    max_ts = batch_max_ts
-                    offset_of_max_ts = last_offset
-                if valid - last_index_entry > interval:
-                    if offset_index.is_full():
-                        _grow(offset_index)
-                    if not offset_index.is_full():  # else: sparser, still correct
-                        offset_index.append(last_offset, valid)
-                        if time_index.is_full():
-                            _grow(time_index)
-                        if not time_index.is_full():
-                            time_index.maybe_append(max_ts, offset_of_max_ts)
-                        last_index_entry = valid
-                if (
-                    leader_epoch_cache is not None
-                    and epoch >= 0
-                    and (latest_epoch is None or epoch > latest_epoch)
-                ):
-                    leader_epoch_cache.assign(epoch, base_offset)
-                    latest_epoch = epoch
-                if producer_state_manager is not None:
-                    if producer_id != NO_PRODUCER_ID:
-                        header = RecordBatchHeader(valid, *fields)
-                        producer_state_manager.update(
-                            header, base_offset, last_offset, batch_max_ts
-                        )
-                    producer_state_manager.update_map_end_offset(last_offset + 1)
-                next_expected = last_offset + 1
-                valid += size
-        finally:
-            view.release()
-
-        truncated = file_size - valid
+        scan = scan_segment(
+            self.log,
+            offset_index,
+            time_index,
+            self.base_offset,
+            self.index_interval_bytes,
+            producer_state_manager,
+            leader_epoch_cache,
+            max_batch_size,
+        )
+        valid = scan.valid_bytes
+        max_ts, offset_of_max_ts = scan.max_timestamp, scan.offset_of_max_timestamp
+        truncated = self.log.size_in_bytes() - valid
         if truncated > 0:
             log.warning(
                 "found invalid data in %s at byte %d (%s): truncating %d bytes",
                 self.log.path,
                 valid,
-                reason,
+                scan.reason,
                 truncated,
             )
         # Also cuts a preallocated tail (file longer than the data) left by a crash.
@@ -499,13 +377,13 @@ class LogSegment:
             self.log.truncate_to(valid)
         offset_index.trim_to_valid_size()
         if time_index.entries >= time_index.max_entries:
-            _grow(time_index)
+            grow(time_index)
         if time_index.entries < time_index.max_entries:
             time_index.maybe_append(max_ts, offset_of_max_ts, skip_full_check=True)
         time_index.trim_to_valid_size()
         self._max_timestamp_so_far = max_ts
         self._offset_of_max_timestamp_so_far = offset_of_max_ts
-        self._bytes_since_last_index_entry = valid - last_index_entry
+        self._bytes_since_last_index_entry = valid - scan.last_index_entry
         self._rolling_based_timestamp = None
         return truncated
 
@@ -809,20 +687,13 @@ class LogSegment:
         """The first record with timestamp >= ``timestamp`` and offset >= ``starting_offset``.
 
         Kafka's semantics, record by record: the time index and offset index give a start
-        position, batch headers are scanned for the first batch whose maxTimestamp reaches
-        the target, and that batch's records are decoded to find the exact record (Kafka's
-        ``FileRecords.searchForTimestamp``; ListOffsets is not the hot path). Returns None
-        when no such record is in this segment.
+        position, from which :meth:`FileRecords.search_for_timestamp` finds the record
+        (ListOffsets is not the hot path). Returns None when no such record is in this
+        segment.
         """
         timestamp_offset = self.time_index.lookup(timestamp)
         position = self.offset_index.lookup(max(timestamp_offset.offset, starting_offset)).position
-        for header in self.log.batches_from(position):
-            if header.max_timestamp < timestamp or header.last_offset < starting_offset:
-                continue
-            found = self._first_record_in_batch(header, lambda ts: ts >= timestamp, starting_offset)
-            if found is not None:
-                return found
-        return None
+        return self.log.search_for_timestamp(timestamp, position, starting_offset)
 
     def offset_of_max_timestamp(self) -> TimestampAndOffset | None:
         """The first record holding the segment's max timestamp (ListOffsets -3)."""
@@ -830,35 +701,5 @@ class LogSegment:
         if max_ts < 0:
             return None
         position = self.offset_index.lookup(self._offset_of_max_timestamp_so_far).position
-        for header in self.log.batches_from(position):
-            if header.max_timestamp == max_ts:
-                found = self._first_record_in_batch(header, lambda ts: ts == max_ts, 0)
-                return found or TimestampAndOffset(max_ts, header.last_offset)
-        return TimestampAndOffset(max_ts, self._offset_of_max_timestamp_so_far)
-
-    def _first_record_in_batch(
-        self, header: RecordBatchHeader, matches: Callable[[int], bool], starting_offset: int
-    ) -> TimestampAndOffset | None:
-        """The first record of the batch with offset >= ``starting_offset`` whose timestamp
-        ``matches``; decodes (and decompresses) the batch unless it is LogAppendTime."""
-        if header.attributes & TIMESTAMP_TYPE_MASK:
-            # LogAppendTime: every record has the batch's max timestamp; no decoding needed.
-            if matches(header.max_timestamp) and header.last_offset >= starting_offset:
-                return TimestampAndOffset(
-                    header.max_timestamp, max(header.base_offset, starting_offset)
-                )
-            return None
-        from tierlog.records.default_records import read_records
-
-        data = self.log.read(header.position, header.size_in_bytes)
-        try:
-            records = read_records(data, replace(header, position=0), bounded=True)
-        except (CorruptRecordError, InvalidRecord, UnsupportedCompressionType) as e:
-            log.warning("cannot decode batch at %d of %s: %s", header.position, self, e)
-            if matches(header.max_timestamp) and header.last_offset >= starting_offset:
-                return TimestampAndOffset(header.max_timestamp, header.last_offset)
-            return None
-        for record in records:
-            if record.offset >= starting_offset and matches(record.timestamp):
-                return TimestampAndOffset(record.timestamp, record.offset)
-        return None
+        found = self.log.search_for_max_timestamp(max_ts, position)
+        return found or TimestampAndOffset(max_ts, self._offset_of_max_timestamp_so_far)
