@@ -160,9 +160,15 @@ def start_cluster(
                 metrics=True,
             )
         )
-    for b in brokers:
-        b.start()
-    wait_for("3 live brokers", lambda: len(live_brokers(brokers)) == n)
+    try:
+        for b in brokers:
+            b.start()
+        wait_for("3 live brokers", lambda: len(live_brokers(brokers)) == n)
+    except BaseException:
+        for b in brokers:  # the caller never gets them to stop
+            if b.alive():
+                b.stop(sig=signal.SIGKILL)
+        raise
     return brokers
 
 

@@ -490,3 +490,39 @@ def test_dynamic_broker_configs_live_in_zookeeper_and_reach_every_broker(
     )
     assert after["log.cleaner.backoff.ms"].value == "1234"
     assert "dynamic broker configs: " in second.log_since_start()
+
+
+def test_a_broker_whose_zookeeper_is_gone_stops_within_the_connection_timeout(
+    own_zookeeper: ZooKeeperProcess, tmp_path: Path
+) -> None:
+    """SIGTERM with ZooKeeper dead: the controlled shutdown gives up after
+    ``zookeeper.connection.timeout.ms``, the controller does not wait again to resign, and
+    the broker exits 0. It took four times the timeout: every ZooKeeper request waited for
+    its answer, then again for the connection, and the resignation was one more request."""
+    import time
+
+    timeout_ms = 3000
+    (tmp_path / "b").mkdir()
+    b = BrokerProcess(
+        tmp_path / "b",
+        f"zookeeper.connect={own_zookeeper.connect_string}/gone-{uuid.uuid4().hex}",
+        "broker.id=1",
+        f"zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}",
+        f"zookeeper.connection.timeout.ms={timeout_ms}",
+    )
+    b.start()
+    try:
+        assert "is the controller" in b.log_since_start()
+        own_zookeeper.kill()
+        started = time.monotonic()
+        code = b.stop(timeout=60)
+        took = time.monotonic() - started
+    finally:
+        if b.alive():
+            b.stop(sig=signal.SIGKILL)
+    log = b.log_since_start()
+    assert code == 0, log[-3000:]
+    assert "controlled shutdown failed, shutting down anyway: no connection to ZooKeeper" in log
+    assert "not resigning as controller: no connection to ZooKeeper" in log
+    assert "tierlog broker stopped cleanly" in log
+    assert timeout_ms / 1000 <= took < timeout_ms / 1000 + 4.0, f"stopped in {took:.1f} s"

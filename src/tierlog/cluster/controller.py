@@ -119,8 +119,14 @@ class KafkaController:
         """Resign (if active) and stop the thread."""
         self._stopped.set()
         self._events.put(None)
-        self._thread.join(timeout=10)
-        if self.active:
+        # Without ZooKeeper the thread may be waiting for it (an event's read), not for long
+        # once the client closes: do not wait here for the whole of it.
+        self._thread.join(timeout=10 if self.zk.connected else 1)
+        if self.active and not self.zk.connected:
+            # Nothing to wait for: /controller goes with the session, which ZooKeeper ends
+            # (or the broker's close does, if the connection comes back first).
+            log.warning("not resigning as controller: no connection to ZooKeeper")
+        elif self.active:
             try:
                 self.zk.resign_controller(self.broker_id)
             except Exception as e:

@@ -31,7 +31,12 @@ from collections.abc import Callable
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError
+from kazoo.exceptions import (
+    ConnectionClosedError,
+    ConnectionLoss,
+    NoNodeError,
+    SessionExpiredError,
+)
 from kazoo.protocol.states import Callback, EventType, WatchedEvent
 
 log = logging.getLogger(__name__)
@@ -39,8 +44,9 @@ log = logging.getLogger(__name__)
 ChildrenCallback = Callable[[list[str]], None]
 DataCallback = Callable[[bytes | None, int | None], None]
 
-# Errors after which the watch waits for the next CONNECTED to re-arm.
-_DISCONNECTED = (ConnectionLoss, SessionExpiredError)
+# Errors after which the watch waits for the next CONNECTED to re-arm (or the client is
+# closed: ConnectionClosedError ends a read that was waiting for ZooKeeper to come back).
+_DISCONNECTED = (ConnectionLoss, SessionExpiredError, ConnectionClosedError)
 
 
 class WatchHandle:

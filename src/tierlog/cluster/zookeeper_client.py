@@ -256,13 +256,18 @@ class ZooKeeperClient:
             ) from None
 
     def close(self) -> None:
-        """End the session (its ephemeral nodes go at once) and stop every watch. Idempotent."""
+        """End the session (its ephemeral nodes go at once) and stop every watch. Idempotent.
+
+        kazoo stops first: that fails the reads still waiting for ZooKeeper, among them a
+        watch re-arming while ZooKeeper is away (it holds the watch's lock, which cancelling
+        the watch waits for; a broker whose ZooKeeper had died hung here on SIGTERM).
+        """
         self._closed = True
-        self.unwatch_all()
         zk, self._zk = self._zk, None
         if zk is not None:
             zk.stop()
             zk.close()
+        self.unwatch_all()
         self._connected.clear()
 
     def __enter__(self) -> Self:
@@ -271,6 +276,11 @@ class ZooKeeperClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @property
+    def connected(self) -> bool:
+        """Whether the session is connected to a server right now."""
+        return self._connected.is_set()
 
     @property
     def session_id(self) -> int | None:
@@ -339,19 +349,24 @@ class ZooKeeperClient:
         while pending:
             zk = self.kazoo
             sent = [(i, calls[i](zk)) for i in pending]
+            # A request made while disconnected waits in kazoo's queue for the reconnection:
+            # that wait is what connection_timeout_ms bounds, in all (it waited twice as
+            # long: once for the answer, then again for the connection).
+            give_up_at = time.monotonic() + timeout
             pending = []
             for i, async_result in sent:
                 try:
                     while True:
                         # While connected kazoo answers, or fails the request with a
-                        # connection loss once the server stops answering pings; a request
-                        # made while disconnected waits in kazoo's queue for the reconnection:
-                        # that wait is what connection_timeout_ms bounds.
+                        # connection loss once the server stops answering pings.
+                        left = give_up_at - time.monotonic()
                         try:
-                            results[i] = async_result.get(timeout=timeout)
+                            results[i] = async_result.get(timeout=max(left, 0.01))
                             break
                         except KazooTimeoutError:
-                            if not self._wait_connected(timeout):
+                            if self._connected.is_set():
+                                give_up_at = time.monotonic() + timeout  # a slow server
+                            elif not self._wait_connected(give_up_at - time.monotonic()):
                                 raise self._timeout_error() from None
                 except ConnectionClosedError:
                     raise ZooKeeperClientError("the ZooKeeper client is closed") from None
