@@ -525,4 +525,5 @@ def test_a_broker_whose_zookeeper_is_gone_stops_within_the_connection_timeout(
     assert "controlled shutdown failed, shutting down anyway: no connection to ZooKeeper" in log
     assert "not resigning as controller: no connection to ZooKeeper" in log
     assert "tierlog broker stopped cleanly" in log
-    assert timeout_ms / 1000 <= took < timeout_ms / 1000 + 4.0, f"stopped in {took:.1f} s"
+    # 4.4 s on a quiet machine; before, 12 s and more (twice the timeout a request), or never
+    assert timeout_ms / 1000 <= took < timeout_ms / 1000 + 6.0, f"stopped in {took:.1f} s"
