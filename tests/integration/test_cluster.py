@@ -14,10 +14,11 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.broker_process import BrokerProcess
 from tests.integration.cluster_support import SESSION_TIMEOUT_MS, Cluster, wait_for
@@ -527,3 +528,49 @@ def test_a_broker_whose_zookeeper_is_gone_stops_within_the_connection_timeout(
     assert "tierlog broker stopped cleanly" in log
     # 4.4 s on a quiet machine; before, 12 s and more (twice the timeout a request), or never
     assert timeout_ms / 1000 <= took < timeout_ms / 1000 + 6.0, f"stopped in {took:.1f} s"
+
+
+def test_new_idempotent_producers_are_served_while_zookeeper_is_away(
+    own_zookeeper: ZooKeeperProcess, tmp_path: Path
+) -> None:
+    """A cluster broker claims its producer id block from ZooKeeper ahead of need, in a
+    thread: with ZooKeeper away, a new idempotent producer still gets its id and writes.
+    Before, the claim was a ZooKeeper request on the event loop at the first InitProducerId:
+    without ZooKeeper each one froze the broker for zookeeper.connection.timeout.ms and failed
+    (KAFKA_STORAGE_ERROR), and the producer's records timed out."""
+    import time
+
+    (tmp_path / "b").mkdir()
+    b = BrokerProcess(
+        tmp_path / "b",
+        f"zookeeper.connect={own_zookeeper.connect_string}/away-{uuid.uuid4().hex}",
+        "broker.id=1",
+        f"zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}",
+        "zookeeper.connection.timeout.ms=3000",
+    )
+    b.start()
+    try:
+        wait_for("the block", lambda: "claimed producer id block" in b.log_since_start(), 30)
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        admin.create_topics([NewTopic("away", 1, 1)])["away"].result(30)
+        own_zookeeper.kill()
+        acked: list[int] = []
+        errors: list[str] = []
+
+        def done(err: object, msg: Any) -> None:
+            if err is not None:
+                errors.append(str(err))
+            else:
+                acked.append(msg.offset())
+
+        p = _producer(b.bootstrap, **{"message.timeout.ms": 20_000})
+        started = time.monotonic()
+        for i in range(100):
+            p.produce("away", f"v{i}".encode(), on_delivery=done)
+        assert p.flush(30) == 0
+        took = time.monotonic() - started
+        assert not errors, errors[:3]
+        assert acked == list(range(100))
+        assert took < 10.0, f"took {took:.1f} s"
+    finally:
+        b.stop(sig=signal.SIGKILL)

@@ -317,6 +317,7 @@ class Broker:
             if self.zk is None
             else functools.partial(self.zk.allocate_producer_id_block, c.node_id),
         )
+        producer_ids.prefetch()  # a cluster's first block, claimed before any client asks
         self.apis = KafkaApis(
             config=c,
             log_manager=lm,
