@@ -17,8 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
 
 from tests.broker_process import BrokerProcess
 from tests.integration.cluster_support import SESSION_TIMEOUT_MS, Cluster, wait_for
@@ -530,14 +536,18 @@ def test_a_broker_whose_zookeeper_is_gone_stops_within_the_connection_timeout(
     assert timeout_ms / 1000 <= took < timeout_ms / 1000 + 6.0, f"stopped in {took:.1f} s"
 
 
-def test_new_idempotent_producers_are_served_while_zookeeper_is_away(
+def test_a_broker_serves_while_zookeeper_is_away(
     own_zookeeper: ZooKeeperProcess, tmp_path: Path
 ) -> None:
-    """A cluster broker claims its producer id block from ZooKeeper ahead of need, in a
-    thread: with ZooKeeper away, a new idempotent producer still gets its id and writes.
-    Before, the claim was a ZooKeeper request on the event loop at the first InitProducerId:
-    without ZooKeeper each one froze the broker for zookeeper.connection.timeout.ms and failed
-    (KAFKA_STORAGE_ERROR), and the producer's records timed out."""
+    """ZooKeeper away, nothing waits for it on the event loop:
+
+    * a cluster broker claims its producer id block ahead of need, in a thread, so a new
+      idempotent producer still gets its id and writes. Before, the claim was a ZooKeeper
+      request on the event loop at the first InitProducerId: each one froze the broker for
+      zookeeper.connection.timeout.ms and failed, and the producer's records timed out;
+    * an AlterConfigs writes ZooKeeper in a thread: the broker answers others meanwhile,
+      and the alter gets the failure in its resource's result (it froze the broker, then
+      failed the whole request as UNKNOWN_SERVER_ERROR without a reason)."""
     import time
 
     (tmp_path / "b").mkdir()
@@ -572,5 +582,26 @@ def test_new_idempotent_producers_are_served_while_zookeeper_is_away(
         assert not errors, errors[:3]
         assert acked == list(range(100))
         assert took < 10.0, f"took {took:.1f} s"
+
+        res = ConfigResource(
+            ConfigResource.Type.TOPIC,
+            "away",
+            incremental_configs=[
+                ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)
+            ],
+        )
+        started = time.monotonic()
+        altering = admin.incremental_alter_configs([res], request_timeout=30)[res]
+        answered = []
+        other = AdminClient({"bootstrap.servers": b.bootstrap})  # a connection of its own
+        while not altering.done():
+            t0 = time.monotonic()
+            other.list_topics("away", timeout=5)
+            answered.append(time.monotonic() - t0)
+            time.sleep(0.2)
+        with pytest.raises(KafkaException, match="no connection to ZooKeeper"):
+            altering.result()
+        assert 3.0 <= time.monotonic() - started < 15.0
+        assert len(answered) >= 5 and max(answered) < 1.0, answered
     finally:
         b.stop(sig=signal.SIGKILL)

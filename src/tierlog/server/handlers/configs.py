@@ -9,8 +9,11 @@ whole cluster (``""``), the others are read-only.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tierlog.errors import (
@@ -18,7 +21,9 @@ from tierlog.errors import (
     ConfigError,
     InvalidConfig,
     InvalidRequest,
+    UnknownServerError,
     UnknownTopicOrPartition,
+    ZooKeeperClientError,
 )
 from tierlog.log.log_config import TOPIC_CONFIGS, LogConfig, format_value
 from tierlog.log.topic_names import INTERNAL_TOPICS
@@ -224,6 +229,18 @@ def handle_describe_configs(apis: KafkaApis, ev: Request) -> Any:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _ZooKeeperWrite:
+    """What an alter of a cluster leaves to do after its checks: a blocking ZooKeeper write,
+    run in a thread so the event loop goes on (without ZooKeeper it waits for
+    ``zookeeper.connection.timeout.ms``), then what applies it on this broker, if anything,
+    back on the event loop."""
+
+    write: Callable[[], None]
+    done: str  # the log line once written
+    then: Callable[[], None] | None = None
+
+
 def _apply_topic_config(
     apis: KafkaApis,
     topic: str,
@@ -231,7 +248,7 @@ def _apply_topic_config(
     *,
     incremental: bool,
     validate_only: bool,
-) -> None:
+) -> _ZooKeeperWrite | None:
     lm = apis.log_manager
     current = apis.topic_config(topic)
     if current is None:
@@ -260,12 +277,15 @@ def _apply_topic_config(
             "data, set remote.storage.enable=false and remote.log.delete.on.disable=true",
         )
     if validate_only:
-        return
+        return None
     if apis.cluster is not None:
         # Every replica's broker applies it from ZooKeeper (its config watch).
-        apis.cluster.zk.set_topic_config(topic, new.to_props(overrides_only=True))
-        log.info("altered configs of topic %s in the cluster: %s", topic, dict(overrides))
-        return
+        return _ZooKeeperWrite(
+            functools.partial(
+                apis.cluster.zk.set_topic_config, topic, new.to_props(overrides_only=True)
+            ),
+            f"altered configs of topic {topic} in the cluster: {dict(overrides)}",
+        )
     info = lm.topic(topic)
     assert info is not None  # topic_config found it
     tiered = apis.tiered
@@ -283,6 +303,7 @@ def _apply_topic_config(
         tiered.after_remote_storage_disabled(pending)
     elif now_remote and not was_remote and tiered is not None:
         tiered.topic_changed(topic)
+    return None
 
 
 def _alter_broker_config(
@@ -291,7 +312,7 @@ def _alter_broker_config(
     configs_of: Callable[[Mapping[str, str], KafkaConfig], dict[str, str]],
     *,
     validate_only: bool,
-) -> None:
+) -> _ZooKeeperWrite | None:
     """Dynamic broker configs of this broker (``resource_name`` its id) or of the cluster
     (``""``): ``configs_of(current dynamic configs, current config)`` gives the new set."""
     dynamic = apis.dynamic_config
@@ -299,9 +320,20 @@ def _alter_broker_config(
         raise InvalidRequest("this broker has no dynamic configs")
     entity = DynamicBrokerConfig.entity_of(resource_name, apis.node_id)
     new = configs_of(dynamic.dynamic[entity], dynamic.current)
+    done = f"altered dynamic configs of broker entity {entity}: {new}"
+    if apis.cluster is not None:  # the store is ZooKeeper's /config/brokers
+        dynamic.validate(entity, new)
+        if validate_only:
+            return None
+        return _ZooKeeperWrite(
+            functools.partial(dynamic.store.save, entity, new),
+            done,
+            functools.partial(dynamic.update, entity, new),
+        )
     dynamic.alter(entity, new, validate_only=validate_only)
     if not validate_only:
-        log.info("altered dynamic configs of broker entity %s: %s", entity, new)
+        log.info("%s", done)
+    return None
 
 
 def _alter_config_results(
@@ -312,11 +344,14 @@ def _alter_config_results(
     *,
     incremental: bool,
     validate_only: bool,
-) -> list[dict[str, Any]]:
+) -> list[dict[str, Any]] | Awaitable[list[dict[str, Any]]]:
     """One result per resource of an (Incremental)AlterConfigs request: topic configs are
     applied (``overrides_of`` turns a resource's entries into overrides), broker configs are
-    dynamic broker configs (``broker_configs_of``); errors are answered per resource."""
+    dynamic broker configs (``broker_configs_of``); errors are answered per resource. A
+    cluster's alter returns an awaitable of the results, done once its ZooKeeper writes
+    are."""
     results = []
+    later: list[tuple[dict[str, Any], _ZooKeeperWrite]] = []
     for r in resources:
         res: dict[str, Any] = {
             "error_code": 0,
@@ -328,8 +363,9 @@ def _alter_config_results(
             require_config_resource(
                 apis, AclOperation.ALTER_CONFIGS, r.resource_type, r.resource_name
             )
+            write = None
             if r.resource_type == RESOURCE_TOPIC:
-                _apply_topic_config(
+                write = _apply_topic_config(
                     apis,
                     r.resource_name,
                     overrides_of(r),
@@ -337,7 +373,7 @@ def _alter_config_results(
                     validate_only=validate_only,
                 )
             elif r.resource_type == RESOURCE_BROKER:
-                _alter_broker_config(
+                write = _alter_broker_config(
                     apis, r.resource_name, broker_configs_of(r), validate_only=validate_only
                 )
             elif r.resource_type == RESOURCE_GROUP:
@@ -350,7 +386,29 @@ def _alter_config_results(
                 )
             else:
                 raise InvalidRequest(f"unsupported resource type {r.resource_type}")
+            if write is not None:
+                later.append((res, write))
         results.append(res)
+    if not later:
+        return results
+    return _write_to_zookeeper(later, results)
+
+
+async def _write_to_zookeeper(
+    later: list[tuple[dict[str, Any], _ZooKeeperWrite]], results: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Run the ZooKeeper writes of a cluster's alter in a thread, one resource at a time;
+    a failure (ZooKeeper away: "no connection to ZooKeeper at ... for N ms") is answered in
+    that resource's result."""
+    for res, w in later:
+        with answered_per_resource(res, f"altering the configs of {res['resource_name']}"):
+            try:
+                await asyncio.to_thread(w.write)
+            except ZooKeeperClientError as e:
+                raise UnknownServerError(str(e)) from e
+            log.info("%s", w.done)
+            if w.then is not None:
+                w.then()
     return results
 
 
@@ -375,9 +433,8 @@ def handle_alter_configs(apis: KafkaApis, ev: Request) -> Any:
         incremental=False,
         validate_only=bool(getattr(ev.request, "validate_only", False)),
     )
-    return build(
-        response_class(ALTER_CONFIGS, ev.api_version), {"throttle_time": 0, "responses": results}
-    )
+    cls = response_class(ALTER_CONFIGS, ev.api_version)
+    return _respond(results, lambda rs: build(cls, {"throttle_time": 0, "responses": rs}))
 
 
 def handle_incremental_alter_configs(apis: KafkaApis, ev: Request) -> Any:
@@ -400,10 +457,22 @@ def handle_incremental_alter_configs(apis: KafkaApis, ev: Request) -> Any:
         incremental=True,
         validate_only=bool(getattr(ev.request, "validate_only", False)),
     )
-    return build(
-        response_class(INCREMENTAL_ALTER_CONFIGS, ev.api_version),
-        {"throttle_time": 0, "responses": results},
-    )
+    cls = response_class(INCREMENTAL_ALTER_CONFIGS, ev.api_version)
+    return _respond(results, lambda rs: build(cls, {"throttle_time": 0, "responses": rs}))
+
+
+def _respond(
+    results: list[dict[str, Any]] | Awaitable[list[dict[str, Any]]],
+    respond: Callable[[list[dict[str, Any]]], Any],
+) -> Any:
+    """The response now, or an awaitable of it when ZooKeeper writes are left to do."""
+    if isinstance(results, list):
+        return respond(results)
+
+    async def later() -> Any:
+        return respond(await results)
+
+    return later()
 
 
 def _incremental_overrides(config: LogConfig, ops: Any) -> dict[str, str | None]:
