@@ -519,7 +519,8 @@ def test_a_broker_whose_zookeeper_is_gone_stops_within_the_connection_timeout(
     )
     b.start()
     try:
-        assert "is the controller" in b.log_since_start()
+        # elected just after the start line: wait, so the resignation path is the one taken
+        wait_for("the controller", lambda: "is the controller" in b.log_since_start(), 30)
         own_zookeeper.kill()
         started = time.monotonic()
         code = b.stop(timeout=60)
