@@ -499,6 +499,20 @@ def test_dynamic_broker_configs_live_in_zookeeper_and_reach_every_broker(
     assert "dynamic broker configs: " in second.log_since_start()
 
 
+def _lone_cluster_broker(
+    zk: ZooKeeperProcess, tmp_path: Path, connection_timeout_ms: int
+) -> BrokerProcess:
+    """Broker 1 alone in a cluster of its own chroot on ``zk`` (a test that kills it)."""
+    (tmp_path / "b").mkdir()
+    return BrokerProcess(
+        tmp_path / "b",
+        f"zookeeper.connect={zk.connect_string}/lone-{uuid.uuid4().hex}",
+        "broker.id=1",
+        f"zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}",
+        f"zookeeper.connection.timeout.ms={connection_timeout_ms}",
+    )
+
+
 def test_a_broker_whose_zookeeper_is_gone_stops_within_the_connection_timeout(
     own_zookeeper: ZooKeeperProcess, tmp_path: Path
 ) -> None:
@@ -509,14 +523,7 @@ def test_a_broker_whose_zookeeper_is_gone_stops_within_the_connection_timeout(
     import time
 
     timeout_ms = 3000
-    (tmp_path / "b").mkdir()
-    b = BrokerProcess(
-        tmp_path / "b",
-        f"zookeeper.connect={own_zookeeper.connect_string}/gone-{uuid.uuid4().hex}",
-        "broker.id=1",
-        f"zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}",
-        f"zookeeper.connection.timeout.ms={timeout_ms}",
-    )
+    b = _lone_cluster_broker(own_zookeeper, tmp_path, timeout_ms)
     b.start()
     try:
         # elected just after the start line: wait, so the resignation path is the one taken
@@ -551,14 +558,7 @@ def test_a_broker_serves_while_zookeeper_is_away(
       failed the whole request as UNKNOWN_SERVER_ERROR without a reason)."""
     import time
 
-    (tmp_path / "b").mkdir()
-    b = BrokerProcess(
-        tmp_path / "b",
-        f"zookeeper.connect={own_zookeeper.connect_string}/away-{uuid.uuid4().hex}",
-        "broker.id=1",
-        f"zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}",
-        "zookeeper.connection.timeout.ms=3000",
-    )
+    b = _lone_cluster_broker(own_zookeeper, tmp_path, 3000)
     b.start()
     try:
         wait_for("the block", lambda: "claimed producer id block" in b.log_since_start(), 30)
